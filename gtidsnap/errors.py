@@ -1,0 +1,63 @@
+"""Every error gtidsnap raises on purpose, in one tree.
+
+    GtidsnapError                 base: catch this to catch everything of ours
+    ├── ConfigError               bad config file, environment variable or flag
+    ├── GtidParseError            a GTID or GTID set text that no server prints (quotes the text)
+    ├── PrerequisiteError         the replica is not set up for read-only capture (lists every problem)
+    ├── SourceError               the replica or its binlog failed; ``retryable`` says if a retry may help
+    ├── SchemaError               a table missing, without a primary key, or changed in a way we refuse
+    ├── SignalError               a signal message we cannot act on (logged and skipped, never fatal)
+    └── SinkError                 the output could not be written
+
+Whether an error is worth retrying is a property of its type (``retryable``), not of the call site.
+Messages name the object and the cause, and never contain a password.
+"""
+
+from __future__ import annotations
+
+
+class GtidsnapError(Exception):
+    """Base of every error gtidsnap raises on purpose."""
+
+    retryable: bool = False
+
+
+class ConfigError(GtidsnapError):
+    """A config file, environment variable or flag is missing or wrong."""
+
+
+class GtidParseError(GtidsnapError, ValueError):
+    """A GTID or GTID set text that is not what a server prints."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"cannot parse GTID text {text!r}: {reason}")
+        self.text = text
+        self.reason = reason
+
+
+class PrerequisiteError(GtidsnapError):
+    """The replica is not set up for read-only capture; carries every problem found."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("the replica is not ready for gtidsnap:\n" + "\n".join(f"- {p}" for p in problems))
+        self.problems = problems
+
+
+class SourceError(GtidsnapError):
+    """The replica or its binlog stream failed."""
+
+    retryable = True
+
+
+class SchemaError(GtidsnapError):
+    """A captured table is missing, has no primary key, or changed in a way we refuse."""
+
+
+class SignalError(GtidsnapError):
+    """A signal message that cannot be acted on."""
+
+
+class SinkError(GtidsnapError):
+    """The output could not be written."""
+
+    retryable = True
