@@ -1,0 +1,51 @@
+# shellcheck shell=bash
+# Shared helpers for the harness scripts: one git-ignored state folder, fixed loopback ports,
+# readiness waits and stop-by-PID. Sourced, never executed.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE_DIR="${GTIDSNAP_STATE_DIR:-$REPO_ROOT/.state}"
+mkdir -p "$STATE_DIR"
+
+# Loopback ports (always used as 127.0.0.1:PORT, never a bare port).
+MARIADB_PRIMARY_PORT="${MARIADB_PRIMARY_PORT:-33061}"
+MARIADB_REPLICA_PORT="${MARIADB_REPLICA_PORT:-33062}"
+MYSQL_PRIMARY_PORT="${MYSQL_PRIMARY_PORT:-33071}"
+MYSQL_REPLICA_PORT="${MYSQL_REPLICA_PORT:-33072}"
+KAFKA_BROKER_PORT="${KAFKA_BROKER_PORT:-39092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-39093}"
+
+# Accounts created by the scripts. The tool's own account is read-only on the replica.
+ADMIN_USER=admin; ADMIN_PASSWORD=admin-test-pw          # tests write to primaries with it
+REPL_USER=repl; REPL_PASSWORD=repl-test-pw              # replica -> primary replication
+READER_USER=gtidsnap; READER_PASSWORD=gtidsnap-test-pw  # SELECT, REPLICATION CLIENT, REPLICATION SLAVE
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# pid_alive PIDFILE -> 0 when the process recorded in PIDFILE runs
+pid_alive() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# wait_port PORT SECONDS LOGFILE -> waits until 127.0.0.1:PORT accepts TCP, else dies naming the log
+wait_port() {
+  local port=$1 secs=$2 logfile=$3 i
+  for ((i = 0; i < secs * 5; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  die "nothing listens on 127.0.0.1:$port after ${secs}s; see $logfile (last lines below)
+$(tail -n 20 "$logfile" 2>/dev/null)"
+}
+
+# stop_pid PIDFILE NAME -> TERM, wait up to 30 s, then KILL
+stop_pid() {
+  local pidfile=$1 name=$2 pid i
+  if ! pid_alive "$pidfile"; then rm -f "$pidfile"; log "$name: not running"; return 0; fi
+  pid=$(cat "$pidfile"); kill "$pid" 2>/dev/null || true
+  for ((i = 0; i < 150; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  rm -f "$pidfile"; log "$name: stopped"
+}
+
+# mvn_quiet ARGS... -> Maven in batch mode, reusing ~/.m2
+mvn_quiet() { mvn -B -q -ntp "$@"; }

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# MariaDB primary -> replica with GTID replication, from Debian's packages, started by hand.
+# Usage: scripts/mariadb.sh install|start|stop|status   (all idempotent)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+NODES=(primary replica)
+declare -A PORT=([primary]=$MARIADB_PRIMARY_PORT [replica]=$MARIADB_REPLICA_PORT)
+declare -A SERVER_ID=([primary]=1 [replica]=2)
+
+dir_of() { echo "$STATE_DIR/mariadb-$1"; }
+client() { # client NODE ARGS... : root over the node's socket (unix_socket auth)
+  local node=$1; shift
+  mariadb --no-defaults --socket="$(dir_of "$node")/mysqld.sock" -uroot --batch --skip-column-names "$@"
+}
+
+install() {
+  if command -v mariadbd >/dev/null && command -v mariadb-install-db >/dev/null; then return 0; fi
+  log "installing mariadb-server from Debian packages"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+}
+
+start_node() {
+  local node=$1 d; d=$(dir_of "$node")
+  if pid_alive "$d/mysqld.pid"; then return 0; fi
+  mkdir -p "$d"
+  if [[ ! -d "$d/data/mysql" ]]; then
+    log "mariadb-$node: initialising $d/data"
+    mariadb-install-db --no-defaults --datadir="$d/data" --user=root --auth-root-authentication-method=socket \
+      >"$d/install.log" 2>&1 || die "mariadb-install-db failed for $node; see $d/install.log"
+  fi
+  log "mariadb-$node: starting on 127.0.0.1:${PORT[$node]}"
+  nohup mariadbd --no-defaults --datadir="$d/data" --socket="$d/mysqld.sock" --pid-file="$d/mysqld.pid" \
+    --port="${PORT[$node]}" --bind-address=127.0.0.1 --user=root --server-id="${SERVER_ID[$node]}" \
+    --log-bin="$d/data/binlog" --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL \
+    --gtid-strict-mode=1 --log-slave-updates=1 --skip-name-resolve --innodb-buffer-pool-size=256M \
+    --max-connections=300 --log-error="$d/error.log" >"$d/stdout.log" 2>&1 &
+  echo $! >"$d/mysqld.pid"
+  wait_port "${PORT[$node]}" 60 "$d/error.log"
+}
+
+bootstrap_primary() { # users are made on the primary so they replicate to the replica
+  local d; d=$(dir_of primary)
+  [[ -f "$d/bootstrapped" ]] && return 0
+  client primary <<SQL
+CREATE USER IF NOT EXISTS '$ADMIN_USER'@'%' IDENTIFIED BY '$ADMIN_PASSWORD';
+GRANT ALL PRIVILEGES ON *.* TO '$ADMIN_USER'@'%' WITH GRANT OPTION;
+CREATE USER IF NOT EXISTS '$REPL_USER'@'%' IDENTIFIED BY '$REPL_PASSWORD';
+GRANT REPLICATION SLAVE ON *.* TO '$REPL_USER'@'%';
+CREATE USER IF NOT EXISTS '$READER_USER'@'%' IDENTIFIED BY '$READER_PASSWORD';
+GRANT SELECT, REPLICATION CLIENT, REPLICATION SLAVE ON *.* TO '$READER_USER'@'%';
+SQL
+  touch "$d/bootstrapped"
+}
+
+bootstrap_replica() {
+  local d; d=$(dir_of replica)
+  if [[ ! -f "$d/bootstrapped" ]]; then
+    client replica <<SQL
+CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$MARIADB_PRIMARY_PORT, MASTER_USER='$REPL_USER',
+  MASTER_PASSWORD='$REPL_PASSWORD', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1;
+SQL
+    touch "$d/bootstrapped"
+  fi
+  client replica -e "START SLAVE" 2>/dev/null || true
+  local i io="" sql="" status
+  for ((i = 0; i < 150; i++)); do
+    status=$(mariadb --no-defaults --socket="$d/mysqld.sock" -uroot -e "SHOW SLAVE STATUS\G")
+    io=$(awk '/Slave_IO_Running:/ {print $2}' <<<"$status")
+    sql=$(awk '/Slave_SQL_Running:/ {print $2}' <<<"$status")
+    [[ "$io" == Yes && "$sql" == Yes ]] && return 0
+    sleep 0.2
+  done
+  die "mariadb replica is not replicating (IO=$io SQL=$sql); see $d/error.log
+$(grep -E 'Last_(IO|SQL)_Error' <<<"$status")"
+}
+
+start() {
+  install
+  start_node primary
+  bootstrap_primary
+  start_node replica
+  bootstrap_replica
+  log "mariadb: primary 127.0.0.1:$MARIADB_PRIMARY_PORT -> replica 127.0.0.1:$MARIADB_REPLICA_PORT replicating"
+}
+
+stop() { local n; for n in replica primary; do stop_pid "$(dir_of "$n")/mysqld.pid" "mariadb-$n"; done; }
+
+status() {
+  local n d
+  for n in "${NODES[@]}"; do
+    d=$(dir_of "$n")
+    if pid_alive "$d/mysqld.pid"; then echo "mariadb-$n: running on 127.0.0.1:${PORT[$n]} (pid $(cat "$d/mysqld.pid"))"
+    else echo "mariadb-$n: stopped"; fi
+  done
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
+esac
