@@ -335,7 +335,8 @@ class MariadbGtid(Gtid):
         parts = text.strip().split("-")
         if len(parts) != 3:
             raise GtidParseError(text, "a MariaDB GTID is domain-server-seq")
-        domain, server = (_parse_uint32(p, text, w) for p, w in zip(parts[:2], ("domain", "server id")))
+        domain = _parse_uint32(parts[0], text, "domain")
+        server = _parse_uint32(parts[1], text, "server id")
         return cls(domain, server, _parse_number(parts[2], text, "seq", MARIADB_MAX_SEQ))
 
     def __str__(self) -> str:

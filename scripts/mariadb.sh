@@ -25,7 +25,7 @@ start_node() {
   mkdir -p "$d"
   if [[ ! -d "$d/data/mysql" ]]; then
     log "mariadb-$node: initialising $d/data"
-    mariadb-install-db --no-defaults --datadir="$d/data" --user=root --auth-root-authentication-method=socket \
+    mariadb-install-db --no-defaults --datadir="$d/data" --user=root --auth-root-authentication-method=socket --skip-test-db \
       >"$d/install.log" 2>&1 || die "mariadb-install-db failed for $node; see $d/install.log"
   fi
   log "mariadb-$node: starting on 127.0.0.1:${PORT[$node]}"

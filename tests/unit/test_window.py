@@ -108,9 +108,7 @@ def test_lw_changes_on_chunk_keys_do_not_remove_them() -> None:
 
 
 def test_several_sources_in_hw_close_on_the_set_not_the_order() -> None:
-    w = ChunkWindow(
-        T, ROWS, lw=s(f"{A}:1-5,{B}:1-2"), hw=s(f"{A}:6,{B}:3"), processed=s(f"{A}:1-5,{B}:1-2")
-    )
+    w = ChunkWindow(T, ROWS, lw=s(f"{A}:1-5,{B}:1-2"), hw=s(f"{A}:6,{B}:3"), processed=s(f"{A}:1-5,{B}:1-2"))
     first = tx(g(B, 3), upd(g(B, 3), 1))
     second = tx(g(A, 6), upd(g(A, 6), 2))
     out = run(w, first + second)

@@ -9,7 +9,7 @@ binlog change is emitted exactly once.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -40,7 +40,7 @@ U2 = "8a94f357-aab4-11df-86ab-c80aa9429562"
 class WindowWorld(RuleBasedStateMachine):
     """Subclasses pick the GTID flavour through :meth:`new_gtid` and :meth:`empty`."""
 
-    sources: list[Any] = []
+    sources: ClassVar[list[Any]] = []
 
     def empty(self) -> GtidSet:
         raise NotImplementedError
@@ -91,7 +91,8 @@ class WindowWorld(RuleBasedStateMachine):
         kind = data.draw(st.sampled_from(["rows", "rows", "rows", "other", "ddl"]), label="kind")
         if kind == "ddl":
             target = data.draw(st.sampled_from([CAPTURED, OTHER]), label="ddl table")
-            events.append(SchemaChange(gtid, frozenset({target}), f"ALTER TABLE {target} ADD COLUMN c{tx} INT"))
+            ddl = f"ALTER TABLE {target} ADD COLUMN c{tx} INT"
+            events.append(SchemaChange(gtid, frozenset({target}), ddl))
         elif kind == "other":
             events.append(RowChange(gtid, OTHER, "c", (tx,), None, {"x": tx}))
         else:
@@ -235,7 +236,7 @@ class WindowWorld(RuleBasedStateMachine):
 
 
 class MysqlWorld(WindowWorld):
-    sources = [(U1, ""), (U2, ""), (U1, "batch")]
+    sources: ClassVar[list[Any]] = [(U1, ""), (U2, ""), (U1, "batch")]
 
     def empty(self) -> GtidSet:
         return MysqlGtidSet()
@@ -245,7 +246,7 @@ class MysqlWorld(WindowWorld):
 
 
 class MariadbWorld(WindowWorld):
-    sources = [0, 1]
+    sources: ClassVar[list[Any]] = [0, 1]
 
     def empty(self) -> GtidSet:
         return MariadbGtidSet()

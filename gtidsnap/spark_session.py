@@ -1,0 +1,130 @@
+"""SparkSession with Delta Lake from pre-resolved jars, never from Ivy.
+
+``delta.configure_spark_with_delta_pip`` sets ``spark.jars.packages``, which makes every new JVM
+resolve and download Delta through Ivy. ``scripts/spark-deps.sh`` resolves the jars once with Maven
+instead (``spark/pom.xml``); this module only points ``spark.jars`` at that folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "DELTA_JARS_ENV",
+    "DeltaJarsMissingError",
+    "build_spark_session",
+    "default_delta_jars_dir",
+    "delta_jar_paths",
+]
+
+#: Environment variable naming the folder of Delta jars; overrides the state-dir default.
+DELTA_JARS_ENV = "GTIDSNAP_DELTA_JARS"
+_STATE_DIR_ENV = "GTIDSNAP_STATE_DIR"
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_DEPS_SCRIPT = "scripts/spark-deps.sh"
+_LOOPBACK = "127.0.0.1"
+
+# Settings that would make Spark download jars at start-up (Ivy); rejected in extra_conf.
+_DOWNLOADING_KEYS = frozenset({"spark.jars.packages", "spark.jars.repositories", "spark.jars.ivySettings"})
+
+
+class DeltaJarsMissingError(RuntimeError):
+    """The Delta jars folder is missing or incomplete: run scripts/spark-deps.sh first."""
+
+    def __init__(self, jars_dir: Path, reason: str) -> None:
+        self.jars_dir = jars_dir
+        super().__init__(
+            f"Delta Lake jars not usable in {jars_dir}: {reason}. "
+            f"Resolve them once with `{_REPO_ROOT / _DEPS_SCRIPT}` (Maven, no Ivy), "
+            f"or point ${DELTA_JARS_ENV} at a folder holding delta-spark_*.jar."
+        )
+
+
+def default_delta_jars_dir() -> Path:
+    """Where scripts/spark-deps.sh puts the jars: $GTIDSNAP_DELTA_JARS, else <state dir>/jars/delta.
+
+    The state dir follows scripts/lib.sh: $GTIDSNAP_STATE_DIR, else <repo>/.state.
+    """
+    override = os.environ.get(DELTA_JARS_ENV)
+    if override:
+        return Path(override).expanduser()
+    state_dir = os.environ.get(_STATE_DIR_ENV)
+    base = Path(state_dir).expanduser() if state_dir else _REPO_ROOT / ".state"
+    return base / "jars" / "delta"
+
+
+def delta_jar_paths(jars_dir: Path) -> list[Path]:
+    """The jar files of ``jars_dir`` (sorted, absolute); raises DeltaJarsMissingError when unusable.
+
+    Checked in Python because a bad ``spark.jars`` only shows up later as a ClassNotFoundException.
+    """
+    jars_dir = jars_dir.expanduser().resolve()
+    if not jars_dir.is_dir():
+        raise DeltaJarsMissingError(jars_dir, "folder does not exist")
+    jars = sorted(p for p in jars_dir.glob("*.jar") if p.is_file())
+    if not jars:
+        raise DeltaJarsMissingError(jars_dir, "folder holds no .jar files")
+    if not any(p.name.startswith("delta-spark_") for p in jars):
+        raise DeltaJarsMissingError(jars_dir, "no delta-spark_*.jar among the jars")
+    return jars
+
+
+def _default_conf(jars: list[Path]) -> dict[str, str]:
+    """Delta wiring plus defaults for a 2-core machine, loopback only, UTC, Arrow on."""
+    return {
+        # Delta from local files only: no spark.jars.packages, hence no Ivy.
+        "spark.jars": ",".join(str(p) for p in jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Nothing listens or advertises off loopback.
+        "spark.driver.host": _LOOPBACK,
+        "spark.driver.bindAddress": _LOOPBACK,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Small data, 2 cores: 200 shuffle partitions and Delta's 50 log-replay partitions
+        # are mostly scheduling overhead.
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        # Binlog timestamps are UTC; never depend on the host's zone.
+        "spark.sql.session.timeZone": "UTC",
+        # Arrow for pandas/pyarrow <-> Spark; fail loudly rather than silently take the row path.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+    }
+
+
+def build_spark_session(
+    app_name: str = "gtidsnap",
+    master: str = "local[2]",
+    jars_dir: Path | None = None,
+    extra_conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Start (or reuse) a SparkSession with Delta Lake loaded from ``jars_dir``.
+
+    ``jars_dir`` defaults to :func:`default_delta_jars_dir`. ``extra_conf`` overrides the defaults,
+    except keys that would download jars (``spark.jars.packages`` ...), which raise ValueError.
+    As with ``getOrCreate``, static settings (``spark.jars``, ...) only apply when no session runs yet.
+    """
+    extra = dict(extra_conf or {})
+    downloading = sorted(_DOWNLOADING_KEYS.intersection(extra))
+    if downloading:
+        raise ValueError(f"{', '.join(downloading)} would download jars at start-up; use {_DEPS_SCRIPT}")
+
+    jars = delta_jar_paths(jars_dir if jars_dir is not None else default_delta_jars_dir())
+
+    # Read by the JVM launcher before SparkConf exists; keeps the block manager etc. on loopback.
+    os.environ.setdefault("SPARK_LOCAL_IP", _LOOPBACK)
+
+    from pyspark.sql import SparkSession  # imported late: pyspark is heavy and not needed to fail fast
+
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in {**_default_conf(jars), **extra}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
