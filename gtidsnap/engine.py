@@ -1,0 +1,453 @@
+"""The engine: one single-threaded loop that alternates "read one chunk" and "stream to its fence".
+
+Binlog processing pauses only while a chunk is taken (low watermark, SELECT, high watermark): the
+loop simply does not read the stream then; the server keeps sending and the socket buffers. Every
+other thread (CLI, signal consumer) talks to the loop through :attr:`Engine.commands`, so nothing
+touches the window or the context concurrently.
+
+Each emitted record gets the next sequence number. Output and checkpoint advance together (sink
+commit, then checkpoint) and only at transaction boundaries, so a kill -9 anywhere resumes from the
+last checkpoint with no loss and no duplicate in the output.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from gtidsnap.checkpoint import Checkpoint, CheckpointStore
+from gtidsnap.errors import ConfigError, SchemaError
+from gtidsnap.gtid import GtidSet
+from gtidsnap.model import (
+    BinlogEvent,
+    ChunkDiscarded,
+    ChunkEmitted,
+    Key,
+    Row,
+    RowChange,
+    SchemaChange,
+    TableId,
+    TxBegin,
+    TxCommit,
+    WindowOutput,
+)
+from gtidsnap.plan import RawKey, SnapshotContext, TableProgress
+from gtidsnap.records import Record
+from gtidsnap.schema import TableSchema
+from gtidsnap.sinks import Sink
+from gtidsnap.window import ChunkWindow
+
+log = logging.getLogger("gtidsnap.engine")
+
+
+# ----------------------------------------------------------------------------- the ports
+
+
+class ChunkRows(Protocol):
+    rows: tuple[tuple[Key, dict[str, Any]], ...]
+    last_raw_key: RawKey | None
+    count: int
+
+
+class ReplicaPort(Protocol):
+    """What the engine needs of the replica (gtidsnap.replica.Replica, or a fake in unit tests)."""
+
+    flavor: Any
+
+    def executed(self) -> GtidSet: ...
+    def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema: ...
+    def max_key(self, schema: TableSchema, condition: str | None = None) -> RawKey | None: ...
+    def select_chunk(
+        self,
+        schema: TableSchema,
+        after: RawKey | None,
+        upto: RawKey,
+        limit: int,
+        condition: str | None = None,
+    ) -> ChunkRows: ...
+
+
+class StreamPort(Protocol):
+    """What the engine needs of the binlog (gtidsnap.binlog.BinlogStream, or a fake)."""
+
+    def next(self) -> BinlogEvent | None: ...
+    def close(self) -> None: ...
+
+
+StreamFactory = Callable[[GtidSet, Callable[[TableId], TableSchema | None]], StreamPort]
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True)
+class StartSnapshot:
+    tables: tuple[TableId, ...]
+    condition: str | None = None
+
+
+@dataclass(frozen=True)
+class StopSnapshot:
+    tables: tuple[TableId, ...] | None = None  # None: every snapshot
+
+
+@dataclass(frozen=True)
+class PauseSnapshots:
+    pass
+
+
+@dataclass(frozen=True)
+class ResumeSnapshots:
+    pass
+
+
+@dataclass(frozen=True)
+class SetChunkSize:
+    rows: int
+
+
+@dataclass(frozen=True)
+class SetChunkDelay:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+Command = (
+    StartSnapshot | StopSnapshot | PauseSnapshots | ResumeSnapshots | SetChunkSize | SetChunkDelay | Shutdown
+)
+
+
+@dataclass
+class RunStats:
+    """What a run did, for the CLI's summary and progress."""
+
+    records: int = 0
+    snapshot_rows: int = 0
+    chunks: int = 0
+    chunk_pause_s: list[float] = field(default_factory=list)
+    started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    chunk_size: int = 1024
+    chunk_delay_s: float = 0.0
+    checkpoint_interval_s: float = 1.0
+    commit_rows: int = 50_000
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+class Engine:
+    """Snapshot + stream, resumable. Build it with adapters, call :meth:`run`."""
+
+    def __init__(
+        self,
+        replica: ReplicaPort,
+        open_stream: StreamFactory,
+        sink: Sink,
+        store: CheckpointStore,
+        settings: EngineSettings = EngineSettings(),
+        captured: Iterable[TableId] = (),
+        surrogate_keys: dict[TableId, tuple[str, ...]] | None = None,
+        on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
+    ) -> None:
+        self.replica = replica
+        self.open_stream = open_stream
+        self.sink = sink
+        self.store = store
+        self.settings = settings
+        self.captured: set[TableId] = set(captured)
+        self.surrogate_keys = dict(surrogate_keys or {})
+        self.on_progress = on_progress
+        self.commands: queue.Queue[Command] = queue.Queue()
+        self.stats = RunStats()
+        self._schemas: dict[TableId, TableSchema] = {}
+        self._window: ChunkWindow | None = None
+        self._chunk: tuple[TableProgress, RawKey | None, int, int] | None = None
+        self._in_tx = False
+        self._stop = False
+        self._last_chunk_at = 0.0
+        self._last_commit_at = time.monotonic()
+        self._uncommitted = 0
+        self._pending: list[Record] = []
+
+    # ------------------------------------------------------------------ start and resume
+    def _resume(self) -> None:
+        checkpoint = self.store.load()
+        flavor = str(getattr(self.replica.flavor, "value", self.replica.flavor))
+        if checkpoint is None:
+            self.processed = self.replica.executed()
+            self.seq = 1
+            self.context = SnapshotContext()
+            self.signals: dict[str, Any] = {}
+            self.sink.open(None)
+            log.info("first run: streaming from the replica's executed set %s", self.processed)
+            self._commit()  # so a crash before the first commit resumes from here, not later
+        else:
+            if checkpoint.flavor != flavor:
+                raise ConfigError(
+                    f"checkpoint {self.store.path} was written for {checkpoint.flavor} "
+                    f"but the source is {flavor}: point checkpoint.path elsewhere"
+                )
+            self.processed = checkpoint.processed
+            self.seq = checkpoint.next_seq
+            self.context = checkpoint.context
+            self.signals = dict(checkpoint.signals)
+            self.sink.open(checkpoint.sink_position)
+            log.info("resuming after %s at record %d", self.processed, self.seq)
+        for progress in self.context.pending():
+            self.captured.add(progress.table)
+
+    def request_snapshot(self, tables: Sequence[TableId], condition: str | None = None) -> None:
+        """Queue snapshots of tables never snapshotted before (a restart does not redo finished ones)."""
+        known = {t.table for t in self.context.tables}
+        new = [t for t in tables if t not in known]
+        if new:
+            self._apply(StartSnapshot(tuple(new), condition))
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, snapshot: Sequence[TableId] = (), until_caught_up: bool = False) -> RunStats:
+        """Run until :class:`Shutdown` (or, with ``until_caught_up``, until snapshots are done and the
+        stream has reached the replica's executed set read at that moment)."""
+        self._resume()
+        self.request_snapshot(snapshot)
+        stream = self.open_stream(self.processed, self._schema_of)
+        target: GtidSet | None = None
+        try:
+            while not self._stop:
+                self._drain_commands()
+                if self._stop:
+                    break
+                if self._window is None and not self._in_tx and self._chunk_due():
+                    self._take_chunk()
+                    continue
+                if until_caught_up and self._window is None and not self._in_tx and not self._busy():
+                    if target is None:
+                        target = self.replica.executed()
+                        log.info("snapshots done; streaming up to %s", target)
+                    if target <= self.processed:
+                        break
+                event = stream.next()
+                if event is not None:
+                    self._on_event(event)
+                if not self._in_tx and self._commit_due():
+                    self._commit()
+            if not self._in_tx:
+                self._commit()
+        finally:
+            stream.close()
+            self.sink.close()
+        return self.stats
+
+    def _busy(self) -> bool:
+        return bool(self.context.pending()) and not self.context.paused
+
+    def _chunk_due(self) -> bool:
+        if not self._busy():
+            return False
+        return time.monotonic() - self._last_chunk_at >= self.settings.chunk_delay_s
+
+    def _commit_due(self) -> bool:
+        return (
+            self._uncommitted >= self.settings.commit_rows
+            or time.monotonic() - self._last_commit_at >= self.settings.checkpoint_interval_s
+        )
+
+    # ------------------------------------------------------------------ commands
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                return
+            self._apply(command)
+
+    def _apply(self, command: Command) -> None:
+        if isinstance(command, StartSnapshot):
+            for table in command.tables:
+                self._schema(table)  # fail early, naming the table, if it cannot be snapshotted
+                self.captured.add(table)
+            self.context = self.context.enqueue(command.tables, command.condition)
+        elif isinstance(command, StopSnapshot):
+            if self._window is not None and (command.tables is None or self._window.table in command.tables):
+                self._window, self._chunk = None, None  # rows already streamed stay; the chunk is dropped
+            self.context = self.context.stop(command.tables)
+        elif isinstance(command, PauseSnapshots):
+            self.context = replace(self.context, paused=True)
+        elif isinstance(command, ResumeSnapshots):
+            self.context = replace(self.context, paused=False)
+        elif isinstance(command, SetChunkSize):
+            if command.rows < 1:
+                raise ConfigError(f"chunk size must be at least 1, got {command.rows}")
+            self.settings = replace(self.settings, chunk_size=command.rows)
+        elif isinstance(command, SetChunkDelay):
+            self.settings = replace(self.settings, chunk_delay_s=max(0.0, command.seconds))
+        elif isinstance(command, Shutdown):
+            self._stop = True
+        log.info("command %s applied", command)
+
+    # ------------------------------------------------------------------ schemas
+    def _schema(self, table: TableId) -> TableSchema:
+        if table not in self._schemas:
+            self._schemas[table] = self.replica.schema(table, self.surrogate_keys.get(table))
+        return self._schemas[table]
+
+    def _schema_of(self, table: TableId) -> TableSchema | None:
+        """The binlog adapter's question: is this table captured, and with which shape?"""
+        if table not in self.captured:
+            return None
+        try:
+            return self._schema(table)
+        except SchemaError as exc:
+            log.error("cannot capture %s: %s", table, exc)
+            self.captured.discard(table)
+            return None
+
+    # ------------------------------------------------------------------ chunks
+    def _take_chunk(self) -> None:
+        progress = self.context.current()
+        assert progress is not None
+        try:
+            schema = self._schema(progress.table)
+            if not progress.started:
+                max_key = self.replica.max_key(schema, progress.condition)
+                progress = replace(progress, started=True, max_key=max_key, done=max_key is None)
+                self.context = self.context.update(progress) if not progress.done else self._finish(progress)
+                if progress.done:
+                    log.info("%s is empty: snapshot done", progress.table)
+                    return
+            assert progress.max_key is not None
+            paused_at = time.monotonic()
+            lw = self.replica.executed()
+            chunk = self.replica.select_chunk(
+                schema, progress.last_key, progress.max_key, self.settings.chunk_size, progress.condition
+            )
+            hw = self.replica.executed() - lw
+            self.stats.chunk_pause_s.append(time.monotonic() - paused_at)
+        except SchemaError as exc:
+            log.error("snapshot of %s stopped: %s", progress.table, exc)
+            self.context = self._finish(replace(progress, error=str(exc)))
+            self._schemas.pop(progress.table, None)
+            return
+        self._last_chunk_at = time.monotonic()
+        if chunk.count == 0:
+            self.context = self._finish(progress)
+            return
+        self._chunk = (progress, chunk.last_raw_key, chunk.count, self.settings.chunk_size)
+        self._window = ChunkWindow(progress.table, chunk.rows, lw, hw, self.processed)
+        self._emit(self._window.start())
+
+    def _finish(self, progress: TableProgress) -> SnapshotContext:
+        done = replace(progress, done=True, started=True)
+        self._report()
+        return self.context.update(done)
+
+    # ------------------------------------------------------------------ events and outputs
+    def _on_event(self, event: BinlogEvent) -> None:
+        outputs = self._window.feed(event) if self._window is not None else (event,)
+        self._emit(outputs)
+        if isinstance(event, TxBegin):
+            self._in_tx = True
+        elif isinstance(event, TxCommit):
+            self._in_tx = False
+            self.processed = self.processed.add(event.gtid)
+        elif isinstance(event, SchemaChange):
+            for table in event.tables:
+                self._schemas.pop(table, None)  # read again, with the new shape, when next needed
+
+    def _emit(self, outputs: Iterable[WindowOutput]) -> None:
+        records: list[Record] = []
+        for out in outputs:
+            if isinstance(out, RowChange) and out.table in self.captured:
+                records.append(self._record_of_change(out))
+            elif isinstance(out, ChunkEmitted):
+                records.extend(self._records_of_chunk(out))
+            elif isinstance(out, ChunkDiscarded):
+                log.info("chunk of %s discarded, selecting it again: %s", out.table, out.reason)
+                self._schemas.pop(out.table, None)
+                self._window, self._chunk = None, None
+        if records:
+            self.sink.write(records)
+            self._uncommitted += len(records)
+            self.stats.records += len(records)
+        if self._window is not None and self._window.done:
+            self._window = None
+
+    def _display_key(self, table: TableId, row: Row) -> tuple[Any, ...]:
+        schema = self._schemas.get(table) or self._schema(table)
+        return tuple(row.get(c) for c in schema.key)
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq - 1
+
+    def _record_of_change(self, change: RowChange) -> Record:
+        row = change.after if change.after is not None else change.before
+        assert row is not None
+        return Record(
+            op=change.op,
+            table=change.table,
+            key=self._display_key(change.table, row),
+            before=change.before,
+            after=change.after,
+            gtid=str(change.gtid),
+            seq=self._next_seq(),
+            snapshot=False,
+            source_ts=change.source_ts,
+        )
+
+    def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Record]:
+        assert self._chunk is not None
+        progress, last_raw_key, count, limit = self._chunk
+        now = int(time.time())
+        records = [
+            Record(
+                "r",
+                chunk.table,
+                self._display_key(chunk.table, row),
+                None,
+                row,
+                None,
+                self._next_seq(),
+                True,
+                now,
+            )
+            for _, row in chunk.rows
+        ]
+        progress = replace(
+            progress, last_key=last_raw_key, chunks=progress.chunks + 1, rows=progress.rows + len(records)
+        )
+        self.context = self._finish(progress) if count < limit else self.context.update(progress)
+        self.stats.chunks += 1
+        self.stats.snapshot_rows += len(records)
+        self._chunk = None
+        self._report()
+        return records
+
+    # ------------------------------------------------------------------ commits
+    def _commit(self) -> None:
+        """Sink first, then the checkpoint that names the sink's position: see the module docstring."""
+        position = self.sink.commit()
+        self.store.save(
+            Checkpoint(self._flavor(), self.processed, self.seq, position, self.context, self.signals)
+        )
+        self._uncommitted = 0
+        self._last_commit_at = time.monotonic()
+        self._report()
+
+    def _flavor(self) -> str:
+        return str(getattr(self.replica.flavor, "value", self.replica.flavor))
+
+    def _report(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.context, self.stats)

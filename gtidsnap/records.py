@@ -1,0 +1,46 @@
+"""What gtidsnap emits: one record per row change or snapshot read, in one strictly increasing order.
+
+Every sink receives the same records; ``seq`` is the order of emission, so "newest wins" is a
+comparison of ``seq`` (a snapshot row takes the sequence of the point where the window put it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gtidsnap.model import Row, TableId
+
+RecordOp = Literal["c", "u", "d", "r"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One emitted change: ``op`` c/u/d from the binlog, r for a snapshot read."""
+
+    op: RecordOp
+    table: TableId
+    key: tuple[Any, ...]
+    before: Row | None
+    after: Row | None
+    gtid: str | None
+    seq: int
+    snapshot: bool
+    source_ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "table": str(self.table),
+            "key": list(self.key),
+            "before": dict(self.before) if self.before is not None else None,
+            "after": dict(self.after) if self.after is not None else None,
+            "gtid": self.gtid,
+            "seq": self.seq,
+            "snapshot": self.snapshot,
+            "source_ts": self.source_ts,
+        }
+
+    def to_line(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
