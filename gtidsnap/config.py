@@ -30,6 +30,11 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     path = "gtidsnap-out/checkpoint.json"
     interval_s = 1.0
 
+    [signals]                         # optional: steer snapshots through a Kafka topic
+    bootstrap = "127.0.0.1:9092"
+    topic = "gtidsnap-signals"
+    connector = "gtidsnap"            # the message key this instance answers to
+
 The password is never read from the TOML file itself (files get committed): only from
 ``GTIDSNAP_SOURCE_PASSWORD`` or a ``password_file``. It is a :class:`Secret` and never printed.
 """
@@ -60,8 +65,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "capture": {"tables": [], "surrogate_keys": {}},
     "snapshot": {"chunk_size": 1024, "chunk_delay_ms": 0},
     "binlog": {"heartbeat_s": 1.0, "server_id": 0},
-    "sink": {"type": "jsonl", "path": "gtidsnap-out/changes.jsonl", "batch_rows": 50_000, "batch_ms": 1000},
+    "sink": {
+        "type": "jsonl",
+        "path": "gtidsnap-out/changes.jsonl",
+        "batch_rows": 50_000,
+        "batch_ms": 1000,
+        "spark_master": "local[2]",
+        "changelog": True,
+        "app_id": "",
+    },
     "checkpoint": {"path": "gtidsnap-out/checkpoint.json", "interval_s": 1.0},
+    "signals": {"bootstrap": "", "topic": "gtidsnap-signals", "connector": "gtidsnap", "group": ""},
 }
 
 
@@ -77,6 +91,19 @@ class SinkSettings:
     path: str = "gtidsnap-out/changes.jsonl"
     batch_rows: int = 50_000
     batch_ms: int = 1000
+    spark_master: str = "local[2]"  # any Spark master URL
+    changelog: bool = True  # delta: also append every record to a changelog table per source table
+    app_id: str = ""  # delta: txnAppId of this instance's idempotent writes ("" = derived from the path)
+
+
+@dataclass(frozen=True)
+class SignalSettings:
+    """The Kafka signal topic; ``bootstrap`` empty means no signal consumer."""
+
+    bootstrap: str = ""
+    topic: str = "gtidsnap-signals"
+    connector: str = "gtidsnap"  # only messages whose key equals this are for this instance
+    group: str = ""  # consumer group id ("" = gtidsnap-<connector>)
 
 
 @dataclass(frozen=True)
@@ -92,6 +119,7 @@ class Config:
     sink: SinkSettings = SinkSettings()
     checkpoint_path: Path = Path("gtidsnap-out/checkpoint.json")
     checkpoint_interval_s: float = 1.0
+    signals: SignalSettings = SignalSettings()
 
 
 def load_config(
@@ -228,6 +256,15 @@ def _build(raw: Mapping[str, Mapping[str, Any]], env: Mapping[str, str]) -> Conf
             path=str(raw["sink"]["path"]),
             batch_rows=_positive("sink.batch_rows", raw["sink"]["batch_rows"], int),
             batch_ms=_positive("sink.batch_ms", raw["sink"]["batch_ms"], int),
+            spark_master=str(raw["sink"]["spark_master"]),
+            changelog=bool(raw["sink"]["changelog"]),
+            app_id=str(raw["sink"]["app_id"]),
+        ),
+        signals=SignalSettings(
+            bootstrap=str(raw["signals"]["bootstrap"]),
+            topic=str(raw["signals"]["topic"]),
+            connector=str(raw["signals"]["connector"]),
+            group=str(raw["signals"]["group"]),
         ),
         checkpoint_path=Path(str(raw["checkpoint"]["path"])),
         checkpoint_interval_s=_positive("checkpoint.interval_s", raw["checkpoint"]["interval_s"], float),

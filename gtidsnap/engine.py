@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
-from gtidsnap.errors import ConfigError, SchemaError
+from gtidsnap.errors import ConfigError, GtidsnapError, SchemaError
 from gtidsnap.gtid import GtidSet
 from gtidsnap.model import (
     BinlogEvent,
@@ -59,6 +60,7 @@ class ReplicaPort(Protocol):
     flavor: Any
 
     def executed(self) -> GtidSet: ...
+    def tables(self) -> list[TableId]: ...
     def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema: ...
     def max_key(self, schema: TableSchema, condition: str | None = None) -> RawKey | None: ...
     def select_chunk(
@@ -86,8 +88,14 @@ StreamFactory = Callable[[GtidSet, Callable[[TableId], TableSchema | None]], Str
 
 @dataclass(frozen=True)
 class StartSnapshot:
-    tables: tuple[TableId, ...]
+    """Snapshot ``tables``, plus every table matched by ``selectors`` (a ``db.table`` name, or a regular
+    expression matched in full against ``db.table`` names of the replica's catalog). ``conditions``
+    maps ``db.table`` to an extra WHERE condition for that table's chunks."""
+
+    tables: tuple[TableId, ...] = ()
     condition: str | None = None
+    selectors: tuple[str, ...] = ()
+    conditions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -120,9 +128,32 @@ class Shutdown:
     pass
 
 
+@dataclass(frozen=True)
+class SignalReceived:
+    """A message of the signal topic, consumed at ``partition``/``offset``. Applied at most once per
+    ``id`` and recorded with its offset in the checkpoint, so after a restart the consumer resumes
+    right after the last signal acted on (or refused) and nothing is acted on twice."""
+
+    partition: int
+    offset: int
+    id: str | None
+    kind: str
+    command: Command | None
+    error: str | None = None
+
+
 Command = (
-    StartSnapshot | StopSnapshot | PauseSnapshots | ResumeSnapshots | SetChunkSize | SetChunkDelay | Shutdown
+    StartSnapshot
+    | StopSnapshot
+    | PauseSnapshots
+    | ResumeSnapshots
+    | SetChunkSize
+    | SetChunkDelay
+    | Shutdown
+    | SignalReceived
 )
+SIGNAL_HISTORY = 100
+SIGNAL_IDS_KEPT = 10_000
 
 
 @dataclass
@@ -160,6 +191,7 @@ class Engine:
         captured: Iterable[TableId] = (),
         surrogate_keys: dict[TableId, tuple[str, ...]] | None = None,
         on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
+        on_started: Callable[[Engine], None] | None = None,
     ) -> None:
         self.replica = replica
         self.open_stream = open_stream
@@ -169,6 +201,7 @@ class Engine:
         self.captured: set[TableId] = set(captured)
         self.surrogate_keys = dict(surrogate_keys or {})
         self.on_progress = on_progress
+        self.on_started = on_started
         self.commands: queue.Queue[Command] = queue.Queue()
         self.stats = RunStats()
         self._schemas: dict[TableId, TableSchema] = {}
@@ -221,6 +254,8 @@ class Engine:
         stream has reached the replica's executed set read at that moment)."""
         self._resume()
         self.request_snapshot(snapshot)
+        if self.on_started is not None:
+            self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
         stream = self.open_stream(self.processed, self._schema_of)
         target: GtidSet | None = None
         try:
@@ -273,11 +308,20 @@ class Engine:
             self._apply(command)
 
     def _apply(self, command: Command) -> None:
+        if isinstance(command, SignalReceived):
+            self._apply_signal(command)
+            return
         if isinstance(command, StartSnapshot):
-            for table in command.tables:
+            tables = list(dict.fromkeys([*command.tables, *self._resolve(command.selectors)]))
+            for table in tables:
                 self._schema(table)  # fail early, naming the table, if it cannot be snapshotted
+            unknown = set(command.conditions) - {str(t) for t in tables}
+            if unknown:
+                raise SchemaError(f"a filter names {', '.join(sorted(unknown))}, which is not in the request")
+            for table in tables:
                 self.captured.add(table)
-            self.context = self.context.enqueue(command.tables, command.condition)
+                condition = command.conditions.get(str(table), command.condition)
+                self.context = self.context.enqueue([table], condition)
         elif isinstance(command, StopSnapshot):
             if self._window is not None and (command.tables is None or self._window.table in command.tables):
                 self._window, self._chunk = None, None  # rows already streamed stay; the chunk is dropped
@@ -295,6 +339,66 @@ class Engine:
         elif isinstance(command, Shutdown):
             self._stop = True
         log.info("command %s applied", command)
+
+    def _resolve(self, selectors: Sequence[str]) -> list[TableId]:
+        """Names as they are, regular expressions against the replica's catalog (full match)."""
+        if not selectors:
+            return []
+        catalog: list[TableId] = self.replica.tables()
+        names = {str(t): t for t in catalog}
+        found: list[TableId] = []
+        for selector in selectors:
+            if selector in names:
+                found.append(names[selector])
+                continue
+            try:
+                pattern = re.compile(selector)
+            except re.error as exc:
+                raise SchemaError(
+                    f"{selector!r} is neither a table nor a valid regular expression: {exc}"
+                ) from exc
+            matched = [t for n, t in names.items() if pattern.fullmatch(n)]
+            if not matched:
+                raise SchemaError(f"no table on the replica matches {selector!r}")
+            found.extend(sorted(matched))
+        return found
+
+    def _apply_signal(self, signal: SignalReceived) -> None:
+        """Act on a signal once; record what became of it with its offset (see :class:`SignalReceived`)."""
+        offsets: dict[str, int] = self.signals.setdefault("offsets", {})
+        ids: list[str] = self.signals.setdefault("ids", [])
+        history: list[dict[str, Any]] = self.signals.setdefault("history", [])
+        if signal.offset < offsets.get(str(signal.partition), 0):
+            return  # already consumed before a restart
+        if signal.error is not None:
+            outcome = f"refused: {signal.error}"
+        elif signal.id is not None and signal.id in ids:
+            outcome = "ignored: duplicate id"
+        else:
+            try:
+                if signal.command is not None:
+                    self._apply(signal.command)
+                outcome = "done"
+            except GtidsnapError as exc:
+                outcome = f"refused: {exc}"
+            if signal.id is not None:
+                ids.append(signal.id)
+                del ids[:-SIGNAL_IDS_KEPT]
+        offsets[str(signal.partition)] = signal.offset + 1
+        history.append(
+            {
+                "id": signal.id,
+                "type": signal.kind,
+                "partition": signal.partition,
+                "offset": signal.offset,
+                "outcome": outcome,
+            }
+        )
+        del history[:-SIGNAL_HISTORY]
+        (log.warning if outcome.startswith("refused") else log.info)(
+            "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, outcome
+        )
+        self._uncommitted += 1  # checkpoint soon: the offset must be durable
 
     # ------------------------------------------------------------------ schemas
     def _schema(self, table: TableId) -> TableSchema:

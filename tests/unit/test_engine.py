@@ -89,6 +89,9 @@ class FakeReplica:
             self.world.stream_start = self.world.executed
         return self.world.executed
 
+    def tables(self) -> list[TableId]:
+        return [T]
+
     def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema:
         if table != T:
             raise SchemaError(f"table {table} does not exist")

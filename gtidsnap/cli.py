@@ -1,0 +1,239 @@
+"""``gtidsnap``: the command line. A thin layer of typer + rich over the library, which never prints.
+
+Exit codes: 0 done, 1 the replica or the input is not usable (the message says why), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gtidsnap.config import Config, load_config
+from gtidsnap.engine import RunStats
+from gtidsnap.errors import GtidsnapError
+from gtidsnap.model import TableId
+from gtidsnap.plan import SnapshotContext, TableProgress
+
+app = typer.Typer(
+    name="gtidsnap",
+    help="Read-only GTID watermark snapshots of MySQL/MariaDB replicas, merged with the binlog stream.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+err = Console(stderr=True)
+out = Console()
+log = logging.getLogger("gtidsnap")
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="TOML config file; GTIDSNAP_* variables and flags override it."),
+]
+HostOpt = Annotated[str | None, typer.Option("--host", help="Replica host (source.host).")]
+PortOpt = Annotated[int | None, typer.Option("--port", help="Replica port (source.port).")]
+UserOpt = Annotated[str | None, typer.Option("--user", help="Replica user (source.user).")]
+CheckpointOpt = Annotated[
+    Path | None, typer.Option("--checkpoint", help="Checkpoint file (checkpoint.path).")
+]
+
+
+def _config(config: Path | None, **flags: Any) -> Config:
+    try:
+        return load_config(config, overrides=flags)
+    except GtidsnapError as exc:
+        _fail(exc)
+
+
+def _fail(exc: BaseException, code: int = 1) -> Any:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _setup_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    handler: logging.Handler
+    if err.is_terminal:
+        handler = RichHandler(console=err, show_path=False)
+        fmt = "%(message)s"
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, handlers=[handler], force=True)
+    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)
+
+
+def _tables(names: list[str]) -> list[TableId]:
+    try:
+        return [TableId.parse(n) for n in names]
+    except ValueError as exc:
+        _fail(exc, 2)
+        raise
+
+
+@app.command()
+def check(
+    config: ConfigOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    table: Annotated[
+        list[str] | None, typer.Option("--table", "-t", help="Also check this db.table.")
+    ] = None,
+) -> None:
+    """Check that the replica is ready for read-only capture; list every problem with its fix."""
+    from gtidsnap.replica import Replica
+
+    cfg = _config(config, **{"source.host": host, "source.port": port, "source.user": user})
+    tables = list(dict.fromkeys([*cfg.tables, *_tables(table or [])]))
+    try:
+        with Replica(cfg.source) as replica:
+            problems = replica.preflight(tables, dict(cfg.surrogate_keys))
+            where = f"{replica.flavor} {'.'.join(map(str, replica.version))} at {cfg.source.describe()}"
+    except GtidsnapError as exc:
+        _fail(exc)
+    if problems:
+        err.print(f"[bold red]{len(problems)} problem(s)[/] on {where}:", highlight=False)
+        for p in problems:
+            err.print(f"  - {p}", highlight=False)
+        raise typer.Exit(1)
+    out.print(
+        f"[green]ok[/]: {where} is ready for gtidsnap ({len(tables)} table(s) checked)", highlight=False
+    )
+
+
+class _Display:
+    """Progress per table: rich bars on a terminal, a log line per chunk batch otherwise."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+        self.tasks: dict[TableId, TaskID] = {}
+        self._last_line = 0.0
+        if err.is_terminal:
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn(
+                    "{task.fields[rows]:>10,} rows  {task.fields[chunks]:>6,} chunks  {task.fields[state]}"
+                ),
+                TimeElapsedColumn(),
+                console=err,
+            )
+
+    def __call__(self, context: SnapshotContext, stats: RunStats) -> None:
+        if self.progress is not None:
+            for t in context.tables:
+                self._bar(t)
+        elif time.monotonic() - self._last_line > 2.0 or not context.pending():
+            self._last_line = time.monotonic()
+            for t in context.pending()[:1]:
+                log.info("snapshot %s: %d rows in %d chunks", t.table, t.rows, t.chunks)
+
+    def _bar(self, t: TableProgress) -> None:
+        assert self.progress is not None
+        state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
+        if t.table not in self.tasks:
+            self.tasks[t.table] = self.progress.add_task(
+                str(t.table), total=None, rows=0, chunks=0, state=state
+            )
+        task = self.tasks[t.table]
+        self.progress.update(task, rows=t.rows, chunks=t.chunks, state=state)
+        if t.done:
+            self.progress.update(task, total=1, completed=1)
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    snapshot: Annotated[
+        list[str] | None, typer.Option("--snapshot", "-s", help="Snapshot this db.table (repeatable).")
+    ] = None,
+    until_caught_up: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 0 once the snapshots are done and the stream reached the replica's executed set."
+        ),
+    ] = False,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Rows per chunk (snapshot.chunk_size).")] = None,
+    sink_path: Annotated[str | None, typer.Option(help="Output path (sink.path).")] = None,
+    checkpoint: CheckpointOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Stream the replica's binlog, snapshotting the tables asked for, with exact resume after a crash."""
+    from gtidsnap.replica import Replica
+    from gtidsnap.runner import build_engine
+
+    _setup_logging(verbose)
+    cfg = _config(
+        config,
+        **{
+            "source.host": host,
+            "source.port": port,
+            "source.user": user,
+            "snapshot.chunk_size": chunk_size,
+            "sink.path": sink_path,
+            "checkpoint.path": str(checkpoint) if checkpoint else None,
+        },
+    )
+    tables = _tables(snapshot or [])
+    display = _Display()
+    try:
+        with Replica(cfg.source) as replica:
+            engine = build_engine(cfg, replica, on_progress=display)
+            if display.progress is not None:
+                with display.progress:
+                    stats = engine.run(snapshot=tables, until_caught_up=until_caught_up)
+            else:
+                stats = engine.run(snapshot=tables, until_caught_up=until_caught_up)
+    except GtidsnapError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        err.print("interrupted: resume with the same command (the checkpoint is kept)")
+        raise typer.Exit(130) from None
+    elapsed = time.monotonic() - stats.started_at
+    pauses = sorted(stats.chunk_pause_s)
+    p50 = pauses[len(pauses) // 2] * 1000 if pauses else 0.0
+    out.print(
+        f"done: {stats.records:,} records ({stats.snapshot_rows:,} snapshot rows in {stats.chunks:,} chunks) "
+        f"in {elapsed:.1f}s; binlog paused per chunk p50 {p50:.1f} ms; output {cfg.sink.path}",
+        highlight=False,
+    )
+
+
+@app.command()
+def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
+    """Show progress from the checkpoint (no connection to the replica needed)."""
+    from gtidsnap.runner import read_checkpoint
+
+    cfg = _config(config, **{"checkpoint.path": str(checkpoint) if checkpoint else None})
+    try:
+        cp = read_checkpoint(cfg)
+    except GtidsnapError as exc:
+        _fail(exc)
+    if cp is None:
+        out.print(f"no checkpoint at {cfg.checkpoint_path}: gtidsnap has not run with this config yet")
+        return
+    out.print(f"source flavour: {cp.flavor}   records emitted: {cp.next_seq - 1:,}", highlight=False)
+    out.print(f"processed: {cp.processed or '(nothing)'}", highlight=False)
+    table = Table("table", "state", "chunks", "rows", "last key", "note", title="snapshots")
+    for t in cp.context.tables:
+        state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
+        last = ", ".join(map(str, t.last_key)) if t.last_key else ""
+        table.add_row(str(t.table), state, f"{t.chunks:,}", f"{t.rows:,}", last, t.error or t.condition or "")
+    if cp.context.paused:
+        out.print("[yellow]snapshots are paused[/]")
+    out.print(table)
+
+
+def main() -> None:  # pragma: no cover
+    app()
