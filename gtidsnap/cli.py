@@ -49,10 +49,11 @@ def _config(config: Path | None, **flags: Any) -> Config:
     try:
         return load_config(config, overrides=flags)
     except GtidsnapError as exc:
-        _fail(exc)
+        raise _fail(exc) from exc
 
 
-def _fail(exc: BaseException, code: int = 1) -> Any:
+def _fail(exc: BaseException, code: int = 1) -> typer.Exit:
+    """Print the error and return the exit to raise (raised here too, so callers may ignore it)."""
     err.print(f"[bold red]error:[/] {exc}", highlight=False)
     raise typer.Exit(code)
 

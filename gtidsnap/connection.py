@@ -60,8 +60,21 @@ class ConnectionSettings:
         """For messages: never includes the password."""
         return f"{self.user}@{self.host}:{self.port}"
 
-    def pymysql_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``pymysql.connect`` (and python-mysql-replication's settings)."""
+    def pymysql_kwargs(self, pymysql_version: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``pymysql.connect`` (and python-mysql-replication's settings).
+
+        PyMySQL's own default changed under us: 1.1 speaks plain TCP unless given TLS options, and then
+        silently falls back to plain TCP when the server offers no TLS; 1.2 tries TLS by default and
+        makes any TLS option mean "required". So every mode is spelled out for the installed version:
+
+        * DISABLED: ``ssl_disabled``. Also the fast one: PyMySQL builds a fresh default SSL context
+          (loading the system CA store, ~25 ms) on every connect unless TLS is disabled, even when the
+          server turns out to offer no TLS.
+        * PREFERRED: TLS when the server offers it, certificate not verified; plain TCP otherwise.
+        * REQUIRED: TLS with the server certificate verified against ``ca`` (the system CAs when None);
+          the host name is not checked. PyMySQL < 1.2 may still fall back to plain TCP, so callers
+          must confirm the session is encrypted (``Ssl_cipher``), as :class:`gtidsnap.replica.Replica` does.
+        """
         kwargs: dict[str, Any] = {
             "host": self.host,
             "port": self.port,
@@ -69,12 +82,19 @@ class ConnectionSettings:
             "password": self.password.reveal(),
             "connect_timeout": int(self.connect_timeout),
         }
+        if pymysql_version is None:
+            import pymysql  # only for its version: this module stays importable without a driver
+
+            pymysql_version = (int(pymysql.VERSION[0]), int(pymysql.VERSION[1]))
         if self.tls is TlsMode.DISABLED:
             kwargs["ssl_disabled"] = True
         elif self.tls is TlsMode.PREFERRED:
-            kwargs["ssl"] = {"check_hostname": False}
-            kwargs["ssl_verify_cert"] = False
+            if pymysql_version < (1, 2):
+                # 1.1 reads an ssl dict as "TLS if the server offers it"; verify_mode off, no host check.
+                kwargs["ssl"] = {"verify_mode": False, "check_hostname": False}
+            # 1.2+: no TLS option at all is exactly its PREFERRED mode (CERT_NONE, no host check).
         else:
-            kwargs["ssl_ca"] = str(self.ca) if self.ca else None
             kwargs["ssl_verify_cert"] = True
+            if self.ca is not None:
+                kwargs["ssl_ca"] = str(self.ca)
         return kwargs

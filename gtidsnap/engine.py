@@ -49,9 +49,12 @@ log = logging.getLogger("gtidsnap.engine")
 
 
 class ChunkRows(Protocol):
-    rows: tuple[tuple[Key, dict[str, Any]], ...]
-    last_raw_key: RawKey | None
-    count: int
+    @property
+    def rows(self) -> tuple[tuple[Key, dict[str, Any]], ...]: ...
+    @property
+    def last_raw_key(self) -> RawKey | None: ...
+    @property
+    def count(self) -> int: ...
 
 
 class ReplicaPort(Protocol):

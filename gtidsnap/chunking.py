@@ -1,0 +1,162 @@
+"""Keyset SQL for chunked snapshots: pure text builders, no I/O.
+
+A chunk is ``lower < key <= upper`` in key order, at most ``limit`` rows. The comparisons are written
+in SQL and done by the server, so a ``*_ci`` or PAD SPACE collation orders and bounds keys exactly as
+the table's index does; the engine never compares raw key values itself.
+
+Composite keys use row-value comparisons, ``(`a`,`b`) > (%s,%s)``, which are exact. Neither MySQL 8.0
+nor MariaDB 10.11 turns a row-value comparison into an index range (measured: a 10-row chunk read the
+index from its start), so a redundant bound on the leading column is added, ``AND `a` >= %s``; with it
+the server seeks straight to the chunk.
+
+The SQL returned is a PyMySQL format string: parameters are ``%s`` and any literal ``%`` (in a
+condition such as ``name LIKE 'a%'`` or in an odd identifier) is doubled; always pass ``params`` to
+``cursor.execute`` even when the list is empty.
+
+User conditions (``region = 'EU'``) are trusted configuration, but must not change the query's shape:
+see :func:`check_condition` for what is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gtidsnap.errors import ConfigError, SchemaError
+from gtidsnap.schema import TableSchema
+
+Params = list[Any]
+
+# Key column types the keyset walk cannot bound correctly: ORDER BY sorts ENUM/SET by their index but
+# `col > 'x'` compares the text, and a FLOAT read back as a Python float is not equal to the stored
+# single-precision value, so the last row of a chunk would be selected again forever.
+UNSUPPORTED_KEY_TYPES = frozenset({"enum", "set", "float"})
+
+_FORBIDDEN_TOKENS = (";", "--", "#", "/*", "*/", "\\")
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a backtick-quoted identifier; a backtick inside is doubled, as the server expects."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _ident(name: str) -> str:
+    """A quoted identifier safe inside a PyMySQL format string."""
+    return quote_ident(name).replace("%", "%%")
+
+
+def _table(schema: TableSchema) -> str:
+    return f"{_ident(schema.table.schema)}.{_ident(schema.table.name)}"
+
+
+def check_condition(condition: str) -> str:
+    """Return ``condition`` stripped, or raise :class:`ConfigError` if it could break out of its parentheses.
+
+    Refused, wherever they appear (even inside a string literal, to keep the rule simple): ``;``,
+    comment markers ``--``, ``#``, ``/*``, ``*/``, and backslashes (write a quote inside a string as
+    ``''``). Quotes (``'``, ``"``, backticks) must close, and parentheses outside quotes must balance
+    without ever closing more than they opened.
+    """
+    text = condition.strip()
+    if not text:
+        raise ConfigError("the snapshot condition is empty; leave it out to select every row")
+    for token in _FORBIDDEN_TOKENS:
+        if token in text:
+            raise ConfigError(
+                f"snapshot condition {condition!r} contains {token!r}; conditions may not contain "
+                "';', comments ('--', '#', '/*'), or backslashes (write '' for a quote inside a string)"
+            )
+    depth = 0
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote is not None:
+            if ch == quote:
+                if i + 1 < len(text) and text[i + 1] == quote:
+                    i += 1  # doubled quote: a literal quote character
+                else:
+                    quote = None
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise ConfigError(f"snapshot condition {condition!r} closes a parenthesis it never opened")
+        i += 1
+    if quote is not None:
+        raise ConfigError(f"snapshot condition {condition!r} has an unclosed {quote} quote")
+    if depth:
+        raise ConfigError(f"snapshot condition {condition!r} has {depth} unclosed parenthesis(es)")
+    return text
+
+
+def unsupported_key_columns(schema: TableSchema) -> tuple[str, ...]:
+    """Key columns whose type the keyset walk cannot bound (see ``UNSUPPORTED_KEY_TYPES``)."""
+    return tuple(c.name for c in schema.key_columns if c.data_type in UNSUPPORTED_KEY_TYPES)
+
+
+def _check_key(schema: TableSchema) -> None:
+    if not schema.key:
+        raise SchemaError(f"table {schema.table} has no key columns to chunk by")
+    bad = unsupported_key_columns(schema)
+    if bad:
+        raise SchemaError(
+            f"table {schema.table} cannot be chunked by key column(s) {', '.join(bad)} "
+            f"(ENUM, SET and FLOAT keys do not order and compare alike); configure a surrogate key"
+        )
+
+
+def _bound(schema: TableSchema, op: str, values: Sequence[Any]) -> tuple[str, Params]:
+    """``key <op> values``, as a row-value comparison plus a leading-column range for composite keys."""
+    if len(values) != len(schema.key):
+        raise ValueError(
+            f"bound {tuple(values)!r} has {len(values)} value(s); "
+            f"the key of {schema.table} has {len(schema.key)}"
+        )
+    cols = [_ident(n) for n in schema.key]
+    if len(cols) == 1:
+        return f"{cols[0]} {op} %s", [values[0]]
+    lead_op = op if "=" in op else op + "="
+    row = f"({', '.join(cols)}) {op} ({', '.join(['%s'] * len(cols))})"
+    return f"{cols[0]} {lead_op} %s AND {row}", [values[0], *values]
+
+
+def chunk_query(
+    schema: TableSchema,
+    after: Sequence[Any] | None,
+    upto: Sequence[Any],
+    limit: int,
+    condition: str | None = None,
+) -> tuple[str, Params]:
+    """The next chunk: every column of rows with ``after < key <= upto`` (no lower bound when
+    ``after`` is None) matching ``condition``, in key order, at most ``limit`` rows."""
+    _check_key(schema)
+    if limit < 1:
+        raise ValueError(f"chunk size must be at least 1, not {limit}")
+    where: list[str] = []
+    params: Params = []
+    if after is not None:
+        sql, p = _bound(schema, ">", after)
+        where.append(sql)
+        params += p
+    sql, p = _bound(schema, "<=", upto)
+    where.append(sql)
+    params += p
+    if condition is not None:
+        where.append(f"({check_condition(condition).replace('%', '%%')})")
+    columns = ", ".join(_ident(c.name) for c in schema.columns)
+    order = ", ".join(_ident(n) for n in schema.key)
+    sql = f"SELECT {columns} FROM {_table(schema)} WHERE {' AND '.join(where)} ORDER BY {order}"
+    return f"{sql} LIMIT {int(limit)}", params
+
+
+def max_key_query(schema: TableSchema, condition: str | None = None) -> tuple[str, Params]:
+    """The greatest key (of rows matching ``condition``): the snapshot's upper bound, captured once."""
+    _check_key(schema)
+    key = ", ".join(_ident(n) for n in schema.key)
+    order = ", ".join(f"{_ident(n)} DESC" for n in schema.key)
+    where = f" WHERE ({check_condition(condition).replace('%', '%%')})" if condition is not None else ""
+    return f"SELECT {key} FROM {_table(schema)}{where} ORDER BY {order} LIMIT 1", []

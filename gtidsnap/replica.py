@@ -1,0 +1,377 @@
+"""The replica as gtidsnap reads it: executed GTID set, table schemas, keyset chunks, preflight facts.
+
+A thin PyMySQL shell around the pure pieces (:mod:`gtidsnap.chunking`, :mod:`gtidsnap.preflight`,
+:mod:`gtidsnap.schema`). It only ever reads: autocommit is on, so every statement is its own
+transaction and no snapshot, row lock or metadata lock outlives it (a held metadata lock would stall
+the replica's SQL thread on the next DDL). The session time zone is UTC so TIMESTAMP values (and keys)
+are unambiguous across DST changes.
+
+Reads survive one lost connection (errors 2006/2013/2055): the connection is opened again and the
+statement, a plain SELECT, is repeated. Anything else becomes one of our errors, naming the replica by
+:meth:`ConnectionSettings.describe` (never the password).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import pymysql
+import pymysql.cursors
+
+from gtidsnap.chunking import chunk_query, max_key_query, unsupported_key_columns
+from gtidsnap.connection import ConnectionSettings, TlsMode
+from gtidsnap.errors import ConfigError, PrerequisiteError, SchemaError, SourceError
+from gtidsnap.gtid import GtidSet, parse_gtid_set
+from gtidsnap.model import Key, TableId
+from gtidsnap.preflight import RELEVANT_VARIABLES, Problem, ReplicaFacts, TableFacts, find_problems
+from gtidsnap.schema import Column, TableSchema
+
+Flavor = Literal["mysql", "mariadb"]
+
+SYSTEM_SCHEMAS = ("mysql", "sys", "information_schema", "performance_schema")
+_LOST_CONNECTION = {2006, 2013, 2055}  # server gone away, lost during query, lost at reading
+_ACCESS_DENIED = 1045
+_NO_SUCH_TABLE = 1146
+_BAD_FIELD = 1054
+_TABLE_ACCESS_DENIED = {1142, 1143}
+_PARSE_ERROR = 1064
+_SSL_CONNECTION_ERROR = 2026
+_SPECIFIC_ACCESS_DENIED = 1227
+_PASSWORD_IN_GRANT = re.compile(r"\s+IDENTIFIED\s.*?(?=\s+WITH\s|$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk as selected, in key order.
+
+    ``rows`` pairs each normalised row with its (collation-folded) key; ``last_raw_key`` is the last
+    row's key exactly as the server returned it, the next chunk's lower bound (folded keys must not be
+    sent back: ``'abc'`` is not ``'ABC'`` under a binary collation of another key column).
+    """
+
+    rows: tuple[tuple[Key, dict[str, Any]], ...]
+    last_raw_key: tuple[Any, ...] | None
+    count: int
+
+
+def parse_version(text: str) -> tuple[Flavor, tuple[int, int, int]]:
+    """Flavour and version from ``VERSION()``: ``'10.11.19-MariaDB-0+deb12u1-log'``, ``'8.0.31'``."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+    if not m:
+        raise SourceError(f"cannot read a server version from {text!r}")
+    flavor: Flavor = "mariadb" if "mariadb" in text.lower() else "mysql"
+    return flavor, (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+
+
+def strip_password(grant: str) -> str:
+    """A SHOW GRANTS line without its ``IDENTIFIED BY PASSWORD '<hash>'`` part (MariaDB prints it)."""
+    return _PASSWORD_IN_GRANT.sub("", grant)
+
+
+class Replica:
+    """A read-only session on the replica; use as a context manager or call :meth:`close`."""
+
+    def __init__(self, settings: ConnectionSettings, read_timeout: float | None = 600.0) -> None:
+        self.settings = settings
+        self._read_timeout = read_timeout
+        self._conn: pymysql.connections.Connection[Any] | None = None
+        self._conn = self._connect()
+        row = self._fetch_one("SELECT VERSION()", [])
+        self.flavor, self.version = parse_version(str(row[0] if row else ""))
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect(self) -> pymysql.connections.Connection[Any]:
+        where = self.settings.describe()
+        try:
+            conn = pymysql.connect(
+                **self.settings.pymysql_kwargs(),
+                autocommit=True,
+                charset="utf8mb4",
+                read_timeout=int(self._read_timeout) if self._read_timeout else None,
+                init_command="SET time_zone = '+00:00'",
+            )
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else 0
+            text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+            if code == _ACCESS_DENIED:
+                raise ConfigError(f"the replica {where} refused the login: {text}") from None
+            if code == _SSL_CONNECTION_ERROR:
+                raise PrerequisiteError(
+                    [
+                        f"TLS is required but the replica {where} does not offer it: configure TLS on "
+                        "the server, or choose tls=preferred or tls=disabled"
+                    ]
+                ) from None
+            if "CERTIFICATE_VERIFY_FAILED" in text:
+                ca = self.settings.ca or "the system's trusted CAs"
+                raise ConfigError(
+                    f"the TLS certificate of the replica {where} is not signed by {ca}: {text}"
+                ) from None
+            raise SourceError(f"cannot connect to the replica {where}: {text}") from exc
+        if self.settings.tls is TlsMode.REQUIRED:
+            self._check_tls(conn)
+        return conn
+
+    def _check_tls(self, conn: pymysql.connections.Connection[Any]) -> None:
+        """PyMySQL < 1.2 falls back to plain TCP when the server offers no TLS: refuse that here."""
+        with conn.cursor() as cur:
+            cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            row = cur.fetchone()
+        if not row or not row[1]:
+            conn.close()
+            raise PrerequisiteError(
+                [
+                    f"TLS is required but the session with the replica {self.settings.describe()} is "
+                    "not encrypted: configure TLS on the server, or choose tls=preferred or tls=disabled"
+                ]
+            )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with suppress(pymysql.err.Error):  # already gone
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _cursor(self) -> Iterator[pymysql.cursors.Cursor]:
+        if self._conn is None:
+            self._conn = self._connect()
+        with self._conn.cursor() as cur:
+            yield cur
+
+    def _query(self, sql: str, params: Sequence[Any], what: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one read; repeat it once on a fresh connection if the connection was lost."""
+        for attempt in (1, 2):
+            try:
+                with self._cursor() as cur:
+                    cur.execute(sql, list(params))
+                    names = [d[0] for d in cur.description or ()]
+                    return names, list(cur.fetchall())
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+                lost = isinstance(exc, pymysql.err.InterfaceError) or code in _LOST_CONNECTION
+                if lost and attempt == 1:
+                    self.close()
+                    continue
+                raise self._error(exc, what) from exc
+            except pymysql.err.MySQLError as exc:
+                raise self._error(exc, what) from exc
+        raise AssertionError("unreachable")
+
+    def _error(self, exc: pymysql.err.MySQLError, what: str) -> Exception:
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+        where = self.settings.describe()
+        if code in (_NO_SUCH_TABLE, _BAD_FIELD):
+            return SchemaError(f"{what} failed on the replica {where}: {text}")
+        if code in _TABLE_ACCESS_DENIED:
+            return PrerequisiteError([f"{what} was denied on the replica {where}: {text}"])
+        if code == _PARSE_ERROR:
+            return ConfigError(
+                f"{what} is not valid SQL on the replica {where} (check the condition): {text}"
+            )
+        return SourceError(f"{what} failed on the replica {where}: {text}")
+
+    def _fetch_one(self, sql: str, params: Sequence[Any], what: str = "a query") -> tuple[Any, ...] | None:
+        _, rows = self._query(sql, params, what)
+        return rows[0] if rows else None
+
+    def _dicts(self, sql: str, params: Sequence[Any], what: str) -> list[dict[str, Any]]:
+        names, rows = self._query(sql, params, what)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    # ------------------------------------------------------------------ reads
+
+    def connection_id(self) -> int:
+        """The server's id of this session (as SHOW PROCESSLIST shows it), for diagnostics."""
+        row = self._fetch_one("SELECT CONNECTION_ID()", [], "reading the connection id")
+        return int(row[0]) if row else 0
+
+    def executed(self) -> GtidSet:
+        """Every transaction the replica has executed and written to its binlog: a watermark."""
+        if self.flavor == "mariadb":
+            row = self._fetch_one("SELECT @@global.gtid_binlog_pos", [], "reading gtid_binlog_pos")
+            return parse_gtid_set("mariadb", str(row[0] if row and row[0] is not None else ""))
+        statement = "SHOW BINARY LOG STATUS" if self.version >= (8, 2, 0) else "SHOW MASTER STATUS"
+        rows = self._dicts(statement, [], f"reading the executed GTID set ({statement})")
+        if not rows:
+            raise PrerequisiteError(
+                [f"the replica {self.settings.describe()} has no binary log status: start it with log_bin"]
+            )
+        return parse_gtid_set("mysql", str(rows[0].get("Executed_Gtid_Set") or ""))
+
+    def tables(self) -> list[TableId]:
+        """Every base table outside the system schemas, sorted (for resolving table patterns)."""
+        rows = self._dicts(
+            "SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t FROM information_schema.TABLES "
+            "WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') "
+            f"AND TABLE_SCHEMA NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})",
+            SYSTEM_SCHEMAS,
+            "listing tables",
+        )
+        return sorted(TableId(str(r["s"]), str(r["t"])) for r in rows)
+
+    def _columns(self, tables: Sequence[TableId]) -> dict[TableId, list[Column]]:
+        if not tables:
+            return {}
+        match = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(tables))
+        rows = self._dicts(
+            "SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, COLUMN_NAME AS name, DATA_TYPE AS data_type, "
+            "COLUMN_TYPE AS column_type, IS_NULLABLE AS nullable, COLLATION_NAME AS collation "
+            f"FROM information_schema.COLUMNS WHERE {match} ORDER BY s, t, ORDINAL_POSITION",
+            [v for t in tables for v in (t.schema, t.name)],
+            "reading column definitions",
+        )
+        out: dict[TableId, list[Column]] = {}
+        for r in rows:
+            out.setdefault(TableId(_text(r["s"]), _text(r["t"])), []).append(
+                Column(
+                    name=_text(r["name"]),
+                    data_type=_text(r["data_type"]).lower(),
+                    column_type=_text(r["column_type"]),
+                    nullable=_text(r["nullable"]).upper() == "YES",
+                    collation=_text(r["collation"]) if r["collation"] is not None else None,
+                )
+            )
+        return out
+
+    def _primary_keys(self, tables: Sequence[TableId]) -> dict[TableId, tuple[str, ...]]:
+        if not tables:
+            return {}
+        match = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(tables))
+        rows = self._dicts(
+            "SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, COLUMN_NAME AS name "
+            f"FROM information_schema.STATISTICS WHERE INDEX_NAME = 'PRIMARY' AND ({match}) "
+            "ORDER BY s, t, SEQ_IN_INDEX",
+            [v for t in tables for v in (t.schema, t.name)],
+            "reading primary keys",
+        )
+        out: dict[TableId, list[str]] = {}
+        for r in rows:
+            out.setdefault(TableId(_text(r["s"]), _text(r["t"])), []).append(_text(r["name"]))
+        return {t: tuple(cols) for t, cols in out.items()}
+
+    def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema:
+        """Columns in ordinal order and the key to chunk by: the primary key, or ``surrogate_key``."""
+        where = self.settings.describe()
+        columns = self._columns([table]).get(table)
+        if not columns:
+            raise SchemaError(f"table {table} does not exist on the replica '{where}'")
+        names = {c.name for c in columns}
+        if surrogate_key:
+            missing = [c for c in surrogate_key if c not in names]
+            if missing:
+                raise SchemaError(
+                    f"surrogate key column(s) {', '.join(missing)} of table {table} do not exist on the "
+                    f"replica '{where}'; its columns are {', '.join(c.name for c in columns)}"
+                )
+            nullable = [c.name for c in columns if c.name in surrogate_key and c.nullable]
+            if nullable:
+                raise SchemaError(
+                    f"surrogate key column(s) {', '.join(nullable)} of table {table} are nullable; rows "
+                    "with a NULL key would never be selected: configure NOT NULL columns"
+                )
+            key = tuple(surrogate_key)
+        else:
+            key = self._primary_keys([table]).get(table, ())
+            if not key:
+                raise SchemaError(
+                    f"table {table} has no primary key on the replica '{where}': add one, or configure "
+                    "a surrogate key for it (a unique NOT NULL column set)"
+                )
+        result = TableSchema(table, tuple(columns), key)
+        bad = unsupported_key_columns(result)
+        if bad:
+            raise SchemaError(
+                f"table {table} is keyed by ENUM/SET/FLOAT column(s) {', '.join(bad)}, which do not sort "
+                "and compare alike: configure a surrogate key of other columns"
+            )
+        return result
+
+    def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[Any, ...] | None:
+        """The greatest key as the server returns it (not normalised); None for an empty table."""
+        sql, params = max_key_query(schema, condition)
+        row = self._fetch_one(sql, params, f"reading the greatest key of {schema.table}")
+        return tuple(row) if row is not None else None
+
+    def select_chunk(
+        self,
+        schema: TableSchema,
+        after: Sequence[Any] | None,
+        upto: Sequence[Any],
+        limit: int,
+        condition: str | None = None,
+    ) -> ChunkResult:
+        """Rows with ``after < key <= upto`` in key order, at most ``limit``, normalised and keyed."""
+        sql, params = chunk_query(schema, after, upto, limit, condition)
+        names, raw_rows = self._query(sql, params, f"selecting a chunk of {schema.table}")
+        key_at = [names.index(k) for k in schema.key]
+        rows = []
+        for raw in raw_rows:
+            row = schema.normalize_row(dict(zip(names, raw, strict=True)))
+            rows.append((schema.key_of(row), row))
+        last = tuple(raw_rows[-1][i] for i in key_at) if raw_rows else None
+        return ChunkResult(tuple(rows), last, len(rows))
+
+    # ------------------------------------------------------------------ preflight
+
+    def facts(self, tables: Sequence[TableId]) -> ReplicaFacts:
+        """What :func:`gtidsnap.preflight.find_problems` judges, read in a handful of queries."""
+        _, rows = self._query(
+            f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({', '.join(['%s'] * len(RELEVANT_VARIABLES))})",
+            RELEVANT_VARIABLES,
+            "reading server variables",
+        )
+        variables = {_text(r[0]).lower(): _text(r[1]) for r in rows}
+        _, grant_rows = self._query("SHOW GRANTS", [], "reading the grants of the current user")
+        grants = tuple(strip_password(_text(r[0])) for r in grant_rows)
+        user_row = self._fetch_one("SELECT CURRENT_USER()", [], "reading the current user")
+        columns = self._columns(tables)
+        keys = self._primary_keys(tables)
+        return ReplicaFacts(
+            flavor=self.flavor,
+            version=self.version,
+            variables=variables,
+            grants=grants,
+            user=_text(user_row[0]) if user_row else self.settings.user,
+            is_replica=self._is_replica(),
+            tables={t: TableFacts(t in columns, tuple(columns.get(t, ())), keys.get(t, ())) for t in tables},
+        )
+
+    def _is_replica(self) -> bool | None:
+        """True when the server replicates from a primary; None when the reader may not ask."""
+        new_syntax = self.version >= ((10, 5, 1) if self.flavor == "mariadb" else (8, 0, 22))
+        statement = "SHOW REPLICA STATUS" if new_syntax else "SHOW SLAVE STATUS"
+        try:
+            with self._cursor() as cur:
+                cur.execute(statement)
+                return bool(cur.fetchall())
+        except pymysql.err.MySQLError as exc:
+            if exc.args and exc.args[0] == _SPECIFIC_ACCESS_DENIED:
+                return None  # MariaDB wants SLAVE MONITOR for this; the reader has BINLOG MONITOR
+            raise self._error(exc, statement) from exc
+
+    def preflight(
+        self, tables: Sequence[TableId], surrogate_keys: Mapping[TableId, tuple[str, ...]] | None = None
+    ) -> list[Problem]:
+        """Every problem that stops a read-only capture of ``tables``; empty when ready."""
+        return find_problems(self.facts(tables), tables, surrogate_keys or {})
+
+
+def _text(value: Any) -> str:
+    """information_schema may return bytes for some columns (MySQL 8 with binary collations)."""
+    return value.decode() if isinstance(value, bytes | bytearray) else str(value)
