@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -77,8 +78,27 @@ def fold_key_value(column: Column, value: Any) -> Any:
     return value
 
 
+_BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+
+
 def normalize_value(column: Column, value: Any) -> Any:
-    """One canonical, JSON-serialisable form per MySQL/MariaDB type (documented in the README)."""
+    """One canonical, JSON-serialisable form per MySQL/MariaDB type (documented in the README).
+
+    PyMySQL (chunks) and python-mysql-replication 1.0.17 (binlog) disagree on these, measured on
+    MySQL 8.0 and MariaDB 10.11; each rule makes both sides equal:
+
+    * JSON: text is parsed; the binlog's decoded MySQL binary JSON has ``bytes`` keys and strings
+      (decoded as UTF-8) and ``Decimal`` numbers (read back as the text would be: ``1.50`` -> 1.5).
+    * SET: a sorted list of members (text ``'x,z'`` or a Python set).
+    * BIT: an int (bytes big-endian from PyMySQL, a ``'0101'`` string from the binlog).
+    * Binary strings: base64 text (an empty one comes from the binlog as ``''``); BINARY(n) padded
+      with zero bytes to n first (the binlog drops trailing zeros).
+    * FLOAT: six significant digits, as both servers print it (the binlog gives the stored float32
+      widened to a double, ``1.100000023841858``, ``123456792.0``; PyMySQL ``1.1``, ``123457000.0``).
+    * YEAR: 0 for ``0000`` (the binlog library reads it as 1900, which YEAR cannot hold).
+    * DATE/DATETIME/TIMESTAMP: None for zero or invalid dates (PyMySQL returns them as text, the
+      binlog library as None). TIMESTAMPs are compared in UTC: snapshot sessions use ``+00:00``.
+    """
     if value is None:
         return None
     t = column.data_type
@@ -87,10 +107,10 @@ def normalize_value(column: Column, value: Any) -> Any:
             value = value.decode()
         if isinstance(value, str):
             try:
-                return json.loads(value)
+                value = json.loads(value)
             except ValueError:
                 return value
-        return _plain(value)
+        return _json_plain(value)
     if t == "set":
         items = value if isinstance(value, set | frozenset | list | tuple) else str(value).split(",")
         return sorted(str(i) for i in items if str(i) != "")
@@ -102,13 +122,56 @@ def normalize_value(column: Column, value: Any) -> Any:
         return int(value)
     if t in ("decimal", "numeric"):
         return str(Decimal(value)) if not isinstance(value, Decimal) else str(value)
+    if t in _BINARY_TYPES:
+        if isinstance(value, str):  # the binlog library hands an empty binary value over as ''
+            value = value.encode("utf-8", errors="surrogateescape")
+        width = _declared_length(column.column_type) if t == "binary" else None
+        if width is not None and len(value) < width:
+            value = bytes(value) + b"\0" * (width - len(value))
+        return _plain(value)
+    if t == "float" and isinstance(value, float | int):
+        return _float_as_server_prints(float(value))
     if t in ("char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum") and isinstance(
         value, bytes | bytearray
     ):
         return value.decode("utf-8", errors="surrogateescape")
     if t in ("year",):
-        return int(value)
+        year = int(value)
+        return 0 if year == 1900 else year
+    if t in ("date", "datetime", "timestamp") and isinstance(value, str | bytes | bytearray):
+        return None
     return _plain(value)
+
+
+def _json_plain(value: Any) -> Any:
+    """Parsed JSON text and decoded binary JSON in one form: str keys and strings, JSON numbers."""
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", errors="surrogateescape")
+    if isinstance(value, Decimal):
+        return json.loads(format(value, "f"))  # what parsing the server's text of it gives
+    if isinstance(value, Mapping):
+        return {str(_json_plain(k)): _json_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_plain(v) for v in value]
+    return _plain(value)
+
+
+def _declared_length(column_type: str) -> int | None:
+    """``n`` of ``binary(n)``; None when the type has no length."""
+    open_at, close_at = column_type.find("("), column_type.find(")")
+    if open_at < 0 or close_at < open_at:
+        return None
+    try:
+        return int(column_type[open_at + 1 : close_at])
+    except ValueError:
+        return None
+
+
+def _float_as_server_prints(value: float) -> float:
+    """FLOAT as both servers print it (six significant digits, FLT_DIG), without a negative zero."""
+    if math.isnan(value) or math.isinf(value):
+        return value
+    return float(f"{value:.6g}") + 0.0
 
 
 def _plain(value: Any) -> Any:
