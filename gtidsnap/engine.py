@@ -13,8 +13,10 @@ last checkpoint with no loss and no duplicate in the output.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import re
+import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -156,6 +158,9 @@ Command = (
     | SignalReceived
 )
 SIGNAL_HISTORY = 100
+# A chunk due sooner than this is waited for with a sleep; a later one lets the stream run meanwhile
+# (an idle stream's read returns only at the next heartbeat, which would cost a heartbeat per chunk).
+SHORT_CHUNK_WAIT_S = 0.05
 SIGNAL_IDS_KEPT = 10_000
 
 
@@ -215,7 +220,7 @@ class Engine:
         self._last_chunk_at = 0.0
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
-        self._pending: list[Record] = []
+        self._crash_counts: dict[str, int] = {}
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
@@ -241,11 +246,12 @@ class Engine:
             self.signals = dict(checkpoint.signals)
             self.sink.open(checkpoint.sink_position)
             log.info("resuming after %s at record %d", self.processed, self.seq)
-        for progress in self.context.pending():
-            self.captured.add(progress.table)
+        # A table once snapshotted stays captured: its mirror must keep following the binlog.
+        self.captured.update(t.table for t in self.context.tables)
 
     def request_snapshot(self, tables: Sequence[TableId], condition: str | None = None) -> None:
         """Queue snapshots of tables never snapshotted before (a restart does not redo finished ones)."""
+        self.captured.update(tables)
         known = {t.table for t in self.context.tables}
         new = [t for t in tables if t not in known]
         if new:
@@ -266,9 +272,14 @@ class Engine:
                 self._drain_commands()
                 if self._stop:
                     break
-                if self._window is None and not self._in_tx and self._chunk_due():
-                    self._take_chunk()
-                    continue
+                if self._window is None and not self._in_tx and self._busy():
+                    wait = self._chunk_wait()
+                    if wait <= 0:
+                        self._take_chunk()
+                        continue
+                    if wait <= SHORT_CHUNK_WAIT_S:
+                        time.sleep(wait)  # cheaper than a heartbeat-long read of an idle stream
+                        continue
                 if until_caught_up and self._window is None and not self._in_tx and not self._busy():
                     if target is None:
                         target = self.replica.executed()
@@ -290,10 +301,9 @@ class Engine:
     def _busy(self) -> bool:
         return bool(self.context.pending()) and not self.context.paused
 
-    def _chunk_due(self) -> bool:
-        if not self._busy():
-            return False
-        return time.monotonic() - self._last_chunk_at >= self.settings.chunk_delay_s
+    def _chunk_wait(self) -> float:
+        """Seconds until the next chunk may be taken (``chunk_delay_s`` after the previous one)."""
+        return self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic()
 
     def _commit_due(self) -> bool:
         return (
@@ -441,7 +451,7 @@ class Engine:
             )
             hw = self.replica.executed() - lw
             self.stats.chunk_pause_s.append(time.monotonic() - paused_at)
-        except SchemaError as exc:
+        except (SchemaError, ConfigError) as exc:  # ConfigError: the condition is not valid SQL
             log.error("snapshot of %s stopped: %s", progress.table, exc)
             self.context = self._finish(replace(progress, error=str(exc)))
             self._schemas.pop(progress.table, None)
@@ -545,12 +555,23 @@ class Engine:
     def _commit(self) -> None:
         """Sink first, then the checkpoint that names the sink's position: see the module docstring."""
         position = self.sink.commit()
+        self._crash_point("between-commit-and-checkpoint")
         self.store.save(
             Checkpoint(self._flavor(), self.processed, self.seq, position, self.context, self.signals)
         )
         self._uncommitted = 0
         self._last_commit_at = time.monotonic()
         self._report()
+
+    def _crash_point(self, name: str) -> None:
+        """Crash tests: ``GTIDSNAP_TEST_CRASH_AT=name:N`` kills this process with SIGKILL the N-th time it
+        passes ``name``, so a test can hit a precise instant that random kills almost never reach."""
+        spec = os.environ.get("GTIDSNAP_TEST_CRASH_AT", "")
+        if not spec.startswith(name + ":"):
+            return
+        self._crash_counts[name] = self._crash_counts.get(name, 0) + 1
+        if self._crash_counts[name] == int(spec.rsplit(":", 1)[1]):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _flavor(self) -> str:
         return str(getattr(self.replica.flavor, "value", self.replica.flavor))

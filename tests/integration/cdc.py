@@ -85,7 +85,7 @@ def execute(
     pair: ReplicaPair, db: str, *statements: str, many: Iterable[tuple[str, Sequence[Any]]] = ()
 ) -> None:
     """Run statements on the primary (one transaction each), then wait until the replica has them."""
-    with pair.primary(db) as conn:
+    with pair.primary(db or None) as conn:
         with conn.cursor() as cur:
             for s in statements:
                 cur.execute(s)
@@ -140,6 +140,10 @@ class Writer:
     def start(self) -> Writer:
         self._thread.start()
         return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def join(self, timeout: float = 120) -> None:
         self._thread.join(timeout)
@@ -201,9 +205,15 @@ class Writer:
 
 
 def check_invariants(
-    records: list[dict[str, Any]], expected: dict[str, dict[tuple[Any, ...], dict[str, Any]]]
+    records: list[dict[str, Any]],
+    expected: dict[str, dict[tuple[Any, ...], dict[str, Any]]],
+    added_defaults: dict[str, Any] | None = None,
 ) -> None:
-    """Complete (replay == source), ordered (seq), no rewind (v per key), nothing emitted twice."""
+    """Complete (replay == source), ordered (seq), no rewind (v per key), nothing emitted twice.
+
+    ``added_defaults``: columns added by a DDL, with their defaults. A row not changed since the DDL
+    has no change event carrying the column (an ALTER writes no row events); a consumer fills in the
+    default, as documented in the README, and so does this replay."""
     seqs = [r["seq"] for r in records]
     assert seqs == list(range(1, len(seqs) + 1)), "seq must be 1, 2, 3, ... with no gap and no repeat"
     seen_changes: set[tuple[Any, ...]] = set()
@@ -234,7 +244,8 @@ def check_invariants(
         extra = replay[table].keys() - rows.keys()
         assert not missing and not extra, f"{table}: missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}"
         for key, row in rows.items():
-            assert replay[table][key] == row, f"{table} {key}: output {replay[table][key]} != source {row}"
+            replayed = {**(added_defaults or {}), **replay[table][key]}
+            assert replayed == row, f"{table} {key}: output {replay[table][key]} != source {row}"
 
 
 # ----------------------------------------------------------------------------- the real CLI

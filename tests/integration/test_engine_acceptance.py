@@ -208,19 +208,71 @@ def test_add_column_mid_snapshot_ends_with_the_new_column(
     thread.join()
     run_engine(pair, tmp_path, [], tables=[TableId(fresh_db, "t")])
     records = read_records(tmp_path)
-    assert any("extra" in (r["after"] or {}) for r in records)
-    check_invariants(records, {f"{fresh_db}.t": source_rows(pair, fresh_db, "t")})
+    assert any("extra" in (r["after"] or {}) for r in records), "rows read or changed after the DDL have it"
+    check_invariants(
+        records, {f"{fresh_db}.t": source_rows(pair, fresh_db, "t")}, added_defaults={"extra": "new"}
+    )
 
 
 def test_kill_9_at_random_points_then_restart(pair: ReplicaPair, fresh_db: str, tmp_path: Path) -> None:
-    """Scenario 19: the real CLI is killed with SIGKILL mid-run, several times; restarts resume exactly."""
-    create_table(pair, fresh_db, "t", 3000)
-    writer = Writer(pair, fresh_db, ["t"], seed=11, transactions=300, pause_s=0.01).start()
-    env = cli_env(pair)
+    """Scenario 19: the real CLI is killed with SIGKILL at random points, over and over, while a writer
+    runs; every restart resumes from the checkpoint; the final output has no loss and no duplicate."""
+    create_table(pair, fresh_db, "t", 20_000)
+    writer = Writer(pair, fresh_db, ["t"], seed=11, transactions=400, pause_s=0.02).start()
+    env = dict(cli_env(pair), GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="8")  # ~5 s of snapshot to kill into
     args = gtidsnap_cmd(
         "run",
         "--snapshot",
         f"{fresh_db}.t",
+        "--until-caught-up",
+        "--chunk-size",
+        "40",
+        "--sink-path",
+        str(tmp_path / "changes.jsonl"),
+        "--checkpoint",
+        str(tmp_path / "checkpoint.json"),
+    )
+    rnd = random.Random(5)
+    kills = 0
+    for _ in range(30):
+        if kills >= 4 and not writer.running:
+            break
+        proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rnd.uniform(0.8, 2.5))  # python start-up takes about 0.7 s
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    writer.join()
+    final = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert kills >= 4, f"only {kills} kills landed"
+    records = read_records(tmp_path)
+    assert sum(r["snapshot"] for r in records) >= 1
+    check_invariants(records, {f"{fresh_db}.t": source_rows(pair, fresh_db, "t")})
+
+
+@pytest.mark.parametrize("commit", [1, 3, 7])
+def test_kill_9_between_sink_commit_and_checkpoint(
+    mariadb_pair: ReplicaPair, tmp_path: Path, commit: int, request: pytest.FixtureRequest
+) -> None:
+    """The narrowest instant: the output is durable, its checkpoint is not. The restart must drop the
+    output written after the previous checkpoint and produce it again, exactly once."""
+    pair = mariadb_pair
+    db = f"k_{commit}_{random.randrange(10**9)}"
+    execute(pair, "", f"CREATE DATABASE `{db}`")
+    request.addfinalizer(lambda: execute(pair, "", f"DROP DATABASE IF EXISTS `{db}`"))
+    create_table(pair, db, "t", 2000)
+    writer = Writer(pair, db, ["t"], seed=commit, transactions=150, pause_s=0.01).start()
+    env = dict(
+        cli_env(pair),
+        GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="5",
+        GTIDSNAP_TEST_CRASH_AT=f"between-commit-and-checkpoint:{commit}",
+    )
+    args = gtidsnap_cmd(
+        "run",
+        "--snapshot",
+        f"{db}.t",
         "--until-caught-up",
         "--chunk-size",
         "50",
@@ -229,20 +281,15 @@ def test_kill_9_at_random_points_then_restart(pair: ReplicaPair, fresh_db: str, 
         "--checkpoint",
         str(tmp_path / "checkpoint.json"),
     )
-    rnd = random.Random(5)
-    kills = 0
-    for _ in range(5):
-        proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rnd.uniform(1.0, 3.0))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            kills += 1
+    crashed = subprocess.run(
+        args, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     writer.join()
+    del env["GTIDSNAP_TEST_CRASH_AT"]
     final = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert final.returncode == 0, final.stderr[-3000:]
-    assert kills >= 1, "the run finished before it could be killed: make it bigger"
-    check_invariants(read_records(tmp_path), {f"{fresh_db}.t": source_rows(pair, fresh_db, "t")})
+    check_invariants(read_records(tmp_path), {f"{db}.t": source_rows(pair, db, "t")})
 
 
 def test_cli_never_prints_the_password_and_status_reads_the_checkpoint(
