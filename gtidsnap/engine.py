@@ -161,6 +161,7 @@ SIGNAL_HISTORY = 100
 # A chunk due sooner than this is waited for with a sleep; a later one lets the stream run meanwhile
 # (an idle stream's read returns only at the next heartbeat, which would cost a heartbeat per chunk).
 SHORT_CHUNK_WAIT_S = 0.05
+SCHEMA_RETRIES = 3  # a chunk that fails on a changed schema is tried again with the shape read anew
 SIGNAL_IDS_KEPT = 10_000
 
 
@@ -221,6 +222,7 @@ class Engine:
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
         self._crash_counts: dict[str, int] = {}
+        self._schema_retries = 0
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
@@ -452,10 +454,18 @@ class Engine:
             hw = self.replica.executed() - lw
             self.stats.chunk_pause_s.append(time.monotonic() - paused_at)
         except (SchemaError, ConfigError) as exc:  # ConfigError: the condition is not valid SQL
+            self._schemas.pop(progress.table, None)
+            if self._schema_retries < SCHEMA_RETRIES and self._table_exists(progress.table):
+                # The replica applied a DDL the stream has not reached yet: read the shape again.
+                self._schema_retries += 1
+                log.info(
+                    "schema of %s changed under the snapshot (%s); reading it again", progress.table, exc
+                )
+                return
             log.error("snapshot of %s stopped: %s", progress.table, exc)
             self.context = self._finish(replace(progress, error=str(exc)))
-            self._schemas.pop(progress.table, None)
             return
+        self._schema_retries = 0
         self._last_chunk_at = time.monotonic()
         if chunk.count == 0:
             self.context = self._finish(progress)
@@ -463,6 +473,13 @@ class Engine:
         self._chunk = (progress, chunk.last_raw_key, chunk.count, self.settings.chunk_size)
         self._window = ChunkWindow(progress.table, chunk.rows, lw, hw, self.processed)
         self._emit(self._window.start())
+
+    def _table_exists(self, table: TableId) -> bool:
+        try:
+            self._schema(table)
+        except SchemaError:
+            return False
+        return True
 
     def _finish(self, progress: TableProgress) -> SnapshotContext:
         done = replace(progress, done=True, started=True)
