@@ -31,7 +31,7 @@ from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from gtidsnap.errors import GtidParseError
 
@@ -113,7 +113,48 @@ class Gtid(ABC):
 
 
 class GtidSet(ABC):
-    """An immutable set of transactions, as a replica reports what it has executed."""
+    """An immutable set of transactions, as a replica reports what it has executed.
+
+    Both flavours keep normalised intervals of transaction numbers per source in ``_sets``; the
+    set algebra on those lives here, the text forms and the per-flavour rules in the subclasses.
+    """
+
+    _sets: dict[Any, Intervals]
+    _hash: int
+
+    def _init_sets(self, sets: Mapping[Any, Iterable[Interval]] | None) -> None:
+        normal = {src: normalize_intervals(iv) for src, iv in (sets or {}).items()}
+        self._sets = {src: iv for src, iv in sorted(normal.items()) if iv}
+        self._hash = hash(tuple(self._sets.items()))
+
+    def _merged(self, other: GtidSet) -> dict[Any, list[Interval]]:
+        merged: dict[Any, list[Interval]] = {s: list(iv) for s, iv in self._sets.items()}
+        for source, intervals in other._sets.items():
+            merged.setdefault(source, []).extend(intervals)
+        return merged
+
+    def _minus(self, other: GtidSet) -> dict[Any, Intervals]:
+        return {s: subtract_intervals(iv, other._sets.get(s, ())) for s, iv in self._sets.items()}
+
+    def _has(self, source: object, number: int) -> bool:
+        intervals = self._sets.get(source)
+        return intervals is not None and intervals_contain(intervals, number)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._sets == other._sets
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __bool__(self) -> bool:
+        return bool(self._sets)
+
+    def __le__(self, other: Self) -> bool:
+        return not (self - other)
+
+    def max_per_source(self) -> Mapping[object, int]:
+        """Highest transaction number per source: what a heartbeat is compared against."""
+        return {source: intervals[-1][1] for source, intervals in self._sets.items()}
 
     @classmethod
     @abstractmethod
@@ -134,18 +175,8 @@ class GtidSet(ABC):
     def __sub__(self, other: Self) -> Self: ...
 
     @abstractmethod
-    def __le__(self, other: Self) -> bool: ...
-
-    @abstractmethod
-    def __bool__(self) -> bool: ...
-
-    @abstractmethod
     def add(self, gtid: Gtid) -> Self:
         """This set with one more transaction: how a stream's processed set advances."""
-
-    @abstractmethod
-    def max_per_source(self) -> Mapping[object, int]:
-        """Highest transaction number per source: what a heartbeat is compared against."""
 
     def __ge__(self, other: Self) -> bool:
         return other <= self
@@ -205,9 +236,7 @@ class MysqlGtidSet(GtidSet):
     __slots__ = ("_hash", "_sets")
 
     def __init__(self, sets: Mapping[MysqlSource, Iterable[Interval]] | None = None) -> None:
-        normal = {src: normalize_intervals(iv) for src, iv in (sets or {}).items()}
-        self._sets: dict[MysqlSource, Intervals] = {s: iv for s, iv in sorted(normal.items()) if iv}
-        self._hash = hash(tuple(self._sets.items()))
+        self._init_sets(sets)
 
     @classmethod
     def parse(cls, text: str) -> MysqlGtidSet:
@@ -251,44 +280,21 @@ class MysqlGtidSet(GtidSet):
     def __repr__(self) -> str:
         return f"MysqlGtidSet.parse({str(self)!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MysqlGtidSet) and self._sets == other._sets
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __bool__(self) -> bool:
-        return bool(self._sets)
-
     def __contains__(self, gtid: object) -> bool:
         if isinstance(gtid, str):
             gtid = MysqlGtid.parse(gtid)
-        if not isinstance(gtid, MysqlGtid):
-            return False
-        intervals = self._sets.get(gtid.source)
-        return intervals is not None and intervals_contain(intervals, gtid.gno)
+        return isinstance(gtid, MysqlGtid) and self._has(gtid.source, gtid.gno)
 
     def __or__(self, other: MysqlGtidSet) -> MysqlGtidSet:
-        merged: dict[MysqlSource, list[Interval]] = {s: list(iv) for s, iv in self._sets.items()}
-        for source, intervals in other._sets.items():
-            merged.setdefault(source, []).extend(intervals)
-        return MysqlGtidSet(merged)
+        return MysqlGtidSet(self._merged(other))
 
     def __sub__(self, other: MysqlGtidSet) -> MysqlGtidSet:
-        return MysqlGtidSet(
-            {s: subtract_intervals(iv, other._sets.get(s, ())) for s, iv in self._sets.items()}
-        )
-
-    def __le__(self, other: MysqlGtidSet) -> bool:
-        return not (self - other)
+        return MysqlGtidSet(self._minus(other))
 
     def add(self, gtid: Gtid) -> MysqlGtidSet:
         if not isinstance(gtid, MysqlGtid):
             raise TypeError(f"cannot add {gtid!r} to a MySQL GTID set")
         return self | MysqlGtidSet({gtid.source: [(gtid.gno, gtid.gno)]})
-
-    def max_per_source(self) -> dict[object, int]:
-        return {source: intervals[-1][1] for source, intervals in self._sets.items()}
 
     def intervals(self) -> Mapping[MysqlSource, Intervals]:
         """The normalised intervals per ``(uuid, tag)``, for tests and adapters."""
@@ -362,10 +368,8 @@ class MariadbGtidSet(GtidSet):
         sets: Mapping[int, Iterable[Interval]] | None = None,
         servers: Mapping[int, int] | None = None,
     ) -> None:
-        normal = {d: normalize_intervals(iv) for d, iv in (sets or {}).items()}
-        self._sets: dict[int, Intervals] = {d: iv for d, iv in sorted(normal.items()) if iv}
+        self._init_sets(sets)
         self._servers: dict[int, int] = {d: (servers or {}).get(d, 0) for d in self._sets}
-        self._hash = hash(tuple(self._sets.items()))
 
     @classmethod
     def parse(cls, text: str) -> MariadbGtidSet:
@@ -404,50 +408,27 @@ class MariadbGtidSet(GtidSet):
     def __repr__(self) -> str:
         return f"MariadbGtidSet.parse({str(self)!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MariadbGtidSet) and self._sets == other._sets
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __bool__(self) -> bool:
-        return bool(self._sets)
-
     def __contains__(self, gtid: object) -> bool:
         if isinstance(gtid, str):
             gtid = MariadbGtid.parse(gtid)
-        if not isinstance(gtid, MariadbGtid):
-            return False
-        intervals = self._sets.get(gtid.domain)
-        return intervals is not None and intervals_contain(intervals, gtid.seq)
+        return isinstance(gtid, MariadbGtid) and self._has(gtid.domain, gtid.seq)
 
     def __or__(self, other: MariadbGtidSet) -> MariadbGtidSet:
-        merged: dict[int, list[Interval]] = {d: list(iv) for d, iv in self._sets.items()}
         servers = dict(self._servers)
         for domain, intervals in other._sets.items():
             mine = self._sets.get(domain)
             if mine is None or intervals[-1][1] >= mine[-1][1]:
                 servers[domain] = other._servers[domain]
-            merged.setdefault(domain, []).extend(intervals)
-        return MariadbGtidSet(merged, servers)
+        return MariadbGtidSet(self._merged(other), servers)
 
     def __sub__(self, other: MariadbGtidSet) -> MariadbGtidSet:
-        return MariadbGtidSet(
-            {d: subtract_intervals(iv, other._sets.get(d, ())) for d, iv in self._sets.items()},
-            self._servers,
-        )
-
-    def __le__(self, other: MariadbGtidSet) -> bool:
-        return not (self - other)
+        return MariadbGtidSet(self._minus(other), self._servers)
 
     def add(self, gtid: Gtid) -> MariadbGtidSet:
         """Advance like a server position: the domain now holds every seq up to ``gtid.seq``."""
         if not isinstance(gtid, MariadbGtid):
             raise TypeError(f"cannot add {gtid!r} to a MariaDB GTID set")
         return self | MariadbGtidSet({gtid.domain: [(1, gtid.seq)]}, {gtid.domain: gtid.server})
-
-    def max_per_source(self) -> dict[object, int]:
-        return {domain: intervals[-1][1] for domain, intervals in self._sets.items()}
 
     def intervals(self) -> Mapping[int, Intervals]:
         """The normalised seq intervals per domain, for tests and adapters."""
