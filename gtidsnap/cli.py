@@ -17,6 +17,7 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gtidsnap.cli_signals import snapshot_app
 from gtidsnap.config import Config, load_config
 from gtidsnap.engine import RunStats
 from gtidsnap.errors import GtidsnapError
@@ -28,6 +29,11 @@ app = typer.Typer(
     help="Read-only GTID watermark snapshots of MySQL/MariaDB replicas, merged with the binlog stream.",
     no_args_is_help=True,
     add_completion=False,
+)
+app.add_typer(
+    snapshot_app,
+    name="snapshot",
+    help="Start, stop, pause or resume snapshots of a running gtidsnap through its Kafka signal topic.",
 )
 err = Console(stderr=True)
 out = Console()
@@ -168,11 +174,16 @@ def run(
     chunk_size: Annotated[int | None, typer.Option(help="Rows per chunk (snapshot.chunk_size).")] = None,
     sink_path: Annotated[str | None, typer.Option(help="Output path (sink.path).")] = None,
     checkpoint: CheckpointOpt = None,
+    signals_bootstrap: Annotated[
+        str | None,
+        typer.Option(help="Kafka HOST:PORT of the signal topic; enables signals (signals.bootstrap)."),
+    ] = None,
+    signals_topic: Annotated[str | None, typer.Option(help="Signal topic (signals.topic).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Stream the replica's binlog, snapshotting the tables asked for, with exact resume after a crash."""
     from gtidsnap.replica import Replica
-    from gtidsnap.runner import build_engine
+    from gtidsnap.runner import run_engine
 
     _setup_logging(verbose)
     cfg = _config(
@@ -184,18 +195,19 @@ def run(
             "snapshot.chunk_size": chunk_size,
             "sink.path": sink_path,
             "checkpoint.path": str(checkpoint) if checkpoint else None,
+            "signals.bootstrap": signals_bootstrap,
+            "signals.topic": signals_topic,
         },
     )
     tables = _tables(snapshot or [])
     display = _Display()
     try:
         with Replica(cfg.source) as replica:
-            engine = build_engine(cfg, replica, on_progress=display)
             if display.progress is not None:
                 with display.progress:
-                    stats = engine.run(snapshot=tables, until_caught_up=until_caught_up)
+                    stats = run_engine(cfg, replica, tables, until_caught_up, on_progress=display)
             else:
-                stats = engine.run(snapshot=tables, until_caught_up=until_caught_up)
+                stats = run_engine(cfg, replica, tables, until_caught_up, on_progress=display)
     except GtidsnapError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -234,6 +246,14 @@ def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
     if cp.context.paused:
         out.print("[yellow]snapshots are paused[/]")
     out.print(table)
+    history = cp.signals.get("history", [])
+    if history:
+        signals = Table("id", "type", "offset", "outcome", title="signals")
+        for h in history:
+            signals.add_row(
+                str(h.get("id") or "-"), str(h.get("type")), str(h.get("offset")), str(h.get("outcome"))
+            )
+        out.print(signals)
 
 
 def main() -> None:  # pragma: no cover

@@ -5,12 +5,13 @@ Kept apart from the CLI so that tests, benchmarks and other front ends build the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gtidsnap.binlog import BinlogStream
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
-from gtidsnap.config import Config
+from gtidsnap.config import Config, SignalSettings
 from gtidsnap.engine import Engine, EngineSettings, RunStats
 from gtidsnap.errors import ConfigError
 from gtidsnap.gtid import GtidSet
@@ -18,22 +19,40 @@ from gtidsnap.model import TableId
 from gtidsnap.plan import SnapshotContext
 from gtidsnap.replica import Replica
 from gtidsnap.schema import TableSchema
+from gtidsnap.signals import SignalConsumer
 from gtidsnap.sinks import Sink
 from gtidsnap.sinks.jsonl import JsonlSink
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-def make_sink(config: Config) -> Sink:
+
+def make_sink(
+    config: Config,
+    schema_of: Callable[[TableId], TableSchema] | None = None,
+    spark_factory: Callable[[], SparkSession] | None = None,
+) -> Sink:
+    """The configured sink. The Delta sink needs ``schema_of`` (the captured tables' current shapes) and
+    starts Spark through ``spark_factory`` when it opens (default: ``sink.spark_master``)."""
     if config.sink.type == "jsonl":
         return JsonlSink(Path(config.sink.path))
-    raise ConfigError(f"sink type {config.sink.type!r} is not available in this version; use jsonl")
+    if config.sink.type == "delta":
+        from gtidsnap.sinks.delta import DeltaSink  # imported late: pyspark is only needed for Delta
+
+        return DeltaSink(config.sink, spark_factory, schema_of)
+    raise ConfigError(f"sink type {config.sink.type!r} is not available; use jsonl or delta")
 
 
 def build_engine(
     config: Config,
     replica: Replica,
     on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
+    on_started: Callable[[Engine], None] | None = None,
+    spark_factory: Callable[[], SparkSession] | None = None,
 ) -> Engine:
-    """An engine reading ``replica`` and its binlog, writing ``config.sink``, checkpointing to disk."""
+    """An engine reading ``replica`` and its binlog, writing ``config.sink``, checkpointing to disk.
+    ``on_started`` is e.g. a :class:`SignalHook` (:func:`run_engine` adds one when signals are set);
+    ``spark_factory`` replaces the Delta sink's own SparkSession (tests pass theirs)."""
 
     def open_stream(start: GtidSet, schema_of: Callable[[TableId], TableSchema | None]) -> BinlogStream:
         return BinlogStream(
@@ -45,21 +64,71 @@ def build_engine(
             server_id=config.server_id or None,
         )
 
-    return Engine(
+    engines: list[Engine] = []
+
+    def schema_of(table: TableId) -> TableSchema:
+        # The engine's own shapes: read once, read again after a DDL on the table, like its records.
+        return engines[0]._schema(table)
+
+    interval = config.checkpoint_interval_s
+    if config.sink.type == "delta":  # a Delta commit is a Spark job per table: batch at least batch_ms
+        interval = max(interval, config.sink.batch_ms / 1000)
+    engine = Engine(
         replica,
         open_stream,
-        make_sink(config),
+        make_sink(config, schema_of, spark_factory),
         CheckpointStore(config.checkpoint_path),
         EngineSettings(
             chunk_size=config.snapshot.chunk_size,
             chunk_delay_s=config.snapshot.chunk_delay_s,
-            checkpoint_interval_s=config.checkpoint_interval_s,
+            checkpoint_interval_s=interval,
             commit_rows=config.sink.batch_rows,
         ),
         captured=config.tables,
         surrogate_keys=dict(config.surrogate_keys),
         on_progress=on_progress,
+        on_started=on_started,
     )
+    engines.append(engine)
+    return engine
+
+
+class SignalHook:
+    """The engine's ``on_started`` hook: starts the signal consumer once the checkpoint is loaded, so it
+    reads the topic from the offsets recorded there; :meth:`stop` ends it when the run ends."""
+
+    def __init__(self, settings: SignalSettings) -> None:
+        self.settings = settings
+        self.consumer: SignalConsumer | None = None
+
+    def __call__(self, engine: Engine) -> None:
+        self.stop()  # a second run of the same engine gets a consumer at its own offsets
+        offsets: dict[str, int] = dict(engine.signals.get("offsets", {}))
+        self.consumer = SignalConsumer(self.settings, engine.commands, offsets).start()
+
+    def stop(self) -> None:
+        if self.consumer is not None:
+            self.consumer.stop()
+            self.consumer = None
+
+
+def run_engine(
+    config: Config,
+    replica: Replica,
+    snapshot: Sequence[TableId] = (),
+    until_caught_up: bool = False,
+    on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
+) -> RunStats:
+    """Build and run an engine, with the signal consumer when ``config.signals.bootstrap`` is set; the
+    consumer is stopped however the run ends (a signal it read but the engine did not act on stays
+    unrecorded in the checkpoint, so it is read again next time)."""
+    hook = SignalHook(config.signals) if config.signals.bootstrap else None
+    engine = build_engine(config, replica, on_progress, on_started=hook)
+    try:
+        return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
+    finally:
+        if hook is not None:
+            hook.stop()
 
 
 def read_checkpoint(config: Config) -> Checkpoint | None:
