@@ -47,6 +47,7 @@ missing because ``binlog_row_metadata`` is not FULL, and partial JSON updates.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import re
@@ -661,11 +662,27 @@ def _table_id(qualified: str, default_schema: str) -> TableId | None:
 
 
 def _values(row: Mapping[str, Any], image: str) -> Mapping[str, Any]:
-    """One row image; the library reads an empty SET as None and says so only in ``none_sources``."""
-    values: Mapping[str, Any] = row[f"{image}values"]
+    """One row image; the library reads an empty SET as None and says so only in ``none_sources``,
+    and decodes the fraction of a negative TIME(n) without its complement (see :func:`fix_negative_time`)."""
+    values: dict[str, Any] = dict(row[f"{image}values"])
     sources = row.get(f"{image}none_sources", {})
-    empty = [name for name, why in sources.items() if why == NONE_SOURCE.EMPTY_SET]
-    return {**values, **{name: set() for name in empty}} if empty else values
+    for name, why in sources.items():
+        if why == NONE_SOURCE.EMPTY_SET:
+            values[name] = set()
+    for name, value in values.items():
+        if isinstance(value, dt.timedelta):
+            values[name] = fix_negative_time(value)
+    return values
+
+
+def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
+    """python-mysql-replication 1.0.17 reads ``-00:59:59.999500`` as ``-00:59:59.000500``: for a negative
+    TIME with a fraction, the fraction it returns is one second minus the true one."""
+    if value >= dt.timedelta(0):
+        return value
+    micros = -(value // dt.timedelta(microseconds=1))
+    whole, fraction = divmod(micros, 1_000_000)
+    return -dt.timedelta(seconds=whole, microseconds=1_000_000 - fraction) if fraction else value
 
 
 def _decode(value: Any) -> str:

@@ -274,6 +274,8 @@ class Engine:
                 self._drain_commands()
                 if self._stop:
                     break
+                if not self._in_tx and self._commit_due():
+                    self._commit()  # also between chunks: a snapshot of an idle source never reads the stream
                 if self._window is None and not self._in_tx and self._busy():
                     wait = self._chunk_wait()
                     if wait <= 0:
@@ -416,6 +418,10 @@ class Engine:
         self._uncommitted += 1  # checkpoint soon: the offset must be durable
 
     # ------------------------------------------------------------------ schemas
+    def schema(self, table: TableId) -> TableSchema:
+        """The table's current shape as the engine uses it (read again after a DDL on it)."""
+        return self._schema(table)
+
     def _schema(self, table: TableId) -> TableSchema:
         if table not in self._schemas:
             self._schemas[table] = self.replica.schema(table, self.surrogate_keys.get(table))

@@ -68,7 +68,7 @@ def build_engine(
 
     def schema_of(table: TableId) -> TableSchema:
         # The engine's own shapes: read once, read again after a DDL on the table, like its records.
-        return engines[0]._schema(table)
+        return engines[0].schema(table)
 
     interval = config.checkpoint_interval_s
     if config.sink.type == "delta":  # a Delta commit is a Spark job per table: batch at least batch_ms

@@ -319,23 +319,26 @@ TYPES_TABLE = """CREATE TABLE types (
     id INT PRIMARY KEY,
     i INT, bu BIGINT UNSIGNED, dec12 DECIMAL(12,2), dt6 DATETIME(6), d DATE, tm TIME, j JSON,
     e ENUM('red','green','blue'), s SET('x','y','z'), b8 BIT(8), vb VARBINARY(16), txt TEXT, vc VARCHAR(40),
-    f FLOAT, dbl DOUBLE, y YEAR, ts TIMESTAMP(3) NULL, bn BINARY(4), b20 BIT(20), ch CHAR(6)
+    f FLOAT, dbl DOUBLE, y YEAR, ts TIMESTAMP(3) NULL, bn BINARY(4), b20 BIT(20), ch CHAR(6),
+    tm6 TIME(6)
 ) DEFAULT CHARSET=utf8mb4"""
 
 ROW_1 = """(1, -2147483648, 18446744073709551615, -1234567890.12, '2024-02-29 23:59:59.999999', '1000-01-01',
     '-838:59:59', '{"k": [1, 2.5, "é😀", null, true, {"n": 12345678901234567890}], "empty": {}}',
     'green', 'x,z', b'10100101', x'00ff7f80', 'Grüße 😀 emoji', 'naïve ✓ 😀',
-    1.1, 3.141592653589793, 2155, '2038-01-19 03:14:07.499', x'6162', b'11110000111100001111', 'ab')"""
+    1.1, 3.141592653589793, 2155, '2038-01-19 03:14:07.499', x'6162', b'11110000111100001111', 'ab',
+    '-00:59:59.999500')"""
 
 ROW_2 = """(2, 0, 9223372036854775808, 0.05, '1970-01-01 00:00:00', '9999-12-31', '12:34:56',
-    '"just a string"', 'red', '', b'00000000', x'', '', '', 123456789, -0.0, 0, NULL, x'', b'1', '')"""
+    '"just a string"', 'red', '', b'00000000', x'', '', '', 123456789, -0.0, 0, NULL, x'', b'1', '',
+    '-838:59:58.000001')"""
 
-ROW_3 = "(3" + ", NULL" * 20 + ")"
+ROW_3 = "(3" + ", NULL" * 21 + ")"
 
 UPDATE_ALL = """UPDATE types SET i = i + 1, bu = 18446744073709551614, dec12 = 99.99,
     dt6 = '2001-02-03 04:05:06.000007', d = '2001-02-03', tm = '838:59:59', j = '[]', e = 'blue', s = 'y',
     b8 = b'1', vb = x'ff', txt = 'ü', vc = '😀', f = 0.1, dbl = 1e300, y = 1901,
-    ts = '2001-01-01 00:00:00.001', bn = x'00', b20 = b'0', ch = 'c'
+    ts = '2001-01-01 00:00:00.001', bn = x'00', b20 = b'0', ch = 'c', tm6 = '-00:00:00.5'
     WHERE id IN (1, 2)"""
 
 
@@ -376,6 +379,7 @@ def test_binlog_rows_equal_snapshot_rows_for_every_type(
     assert one["bu"] == 2**64 - 1 and two["bu"] == 2**63
     assert one["dec12"] == "-1234567890.12" and one["dt6"] == "2024-02-29 23:59:59.999999"
     assert one["d"] == "1000-01-01" and one["tm"] == "-838:59:59"
+    assert one["tm6"] == "-00:59:59.999500" and two["tm6"] == "-838:59:58.000001"
     assert one["e"] == "green" and one["s"] == ["x", "z"] and two["s"] == []
     assert one["b8"] == 0b10100101 and one["b20"] == 0b11110000111100001111
     assert one["vb"] == "base64:AP9/gA==" and two["vb"] == "base64:"

@@ -1,0 +1,386 @@
+"""MySQL/MariaDB column types as Spark/Delta types that lose nothing, and gtidsnap's canonical values
+(gtidsnap.schema.normalize_value) as the Python values Arrow builds those columns from.
+
+Pure: no SparkSession, no JVM; ``pyspark.sql.types`` and ``pyarrow`` are plain Python here.
+
+=============================  ===========================  =============================================
+MySQL / MariaDB                Spark / Delta                Value written
+=============================  ===========================  =============================================
+TINYINT / BOOL                 BYTE                         as is
+TINYINT UNSIGNED               SHORT                        0..255
+SMALLINT                       SHORT
+SMALLINT UNSIGNED              INT
+MEDIUMINT (UNSIGNED)           INT
+INT                            INT
+INT UNSIGNED                   BIGINT
+BIGINT                         BIGINT
+BIGINT UNSIGNED                DECIMAL(20,0)                up to 18446744073709551615
+DECIMAL(p,s), p <= 38          DECIMAL(p,s)                 exact
+DECIMAL(p,s), p > 38           STRING                       the canonical text ("1234.5600")
+FLOAT                          FLOAT                        as the server prints it (6 digits), in float32
+DOUBLE                         DOUBLE
+BIT(n), n <= 63                BIGINT                       the bits as an unsigned number
+BIT(64)                        DECIMAL(20,0)
+YEAR                           SHORT                        0 for YEAR 0000
+DATE                           DATE                         zero/invalid dates are NULL
+DATETIME                       TIMESTAMP_NTZ                wall-clock value, no zone
+TIMESTAMP                      TIMESTAMP                    the UTC instant
+TIME                           STRING                       "[-]HHH:MM:SS[.ffffff]" (may exceed 24 h)
+JSON                           STRING                       compact JSON text of the value
+ENUM                           STRING                       the member
+SET                            ARRAY<STRING>                members, sorted
+CHAR/VARCHAR/*TEXT             STRING
+BINARY/VARBINARY/*BLOB         BINARY                       the bytes (BINARY(n) zero-padded to n)
+GEOMETRY and spatial types     BINARY                       the server's internal form (SRID + WKB)
+UUID/INET4/INET6 (MariaDB)     STRING                       the server's text
+anything else                  STRING                       text; other values as JSON text
+=============================  ===========================  =============================================
+
+MariaDB's JSON is LONGTEXT to information_schema, so it arrives and is stored as the server's text.
+
+Type changes at the source (:func:`evolve_type`): a Delta column keeps its type while that type still
+holds every value of the new source type (a narrowing such as BIGINT -> INT); it is widened with
+Delta's type widening when Delta supports the change (INT -> BIGINT, FLOAT -> DOUBLE, DECIMAL(10,2) ->
+DECIMAL(12,4), DATE -> DATETIME, ...); any other change (INT -> VARCHAR, DATETIME -> TIMESTAMP, ...)
+is refused by the sink, naming the table and column.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from gtidsnap.schema import Column
+
+#: Columns gtidsnap adds to every mirror row: the record that last wrote it.
+MIRROR_META: tuple[T.StructField, ...] = (
+    T.StructField("_op", T.StringType()),  # c, u or r (a deleted row is gone)
+    T.StructField("_seq", T.LongType()),
+    T.StructField("_gtid", T.StringType()),  # NULL for snapshot rows
+    T.StructField("_source_ts", T.TimestampType()),
+)
+#: Columns gtidsnap adds to every changelog row.
+CHANGELOG_META: tuple[T.StructField, ...] = (*MIRROR_META, T.StructField("_snapshot", T.BooleanType()))
+RESERVED = frozenset(f.name for f in CHANGELOG_META)
+
+# Characters Delta refuses in column names unless column mapping is on.
+_INVALID_NAME = re.compile(r"[ ,;{}()\n\t=]")
+_SPATIAL = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "geomcollection",
+    }
+)
+_BINARY = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}) | _SPATIAL
+_UTC = dt.UTC
+
+# Integral types by width, and the decimal digits each needs (what a DECIMAL must have left of the point).
+_INTEGRAL: tuple[type[T.DataType], ...] = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_DIGITS: dict[type[T.DataType], int] = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
+# Delta's own minimum for widening an integral column to DECIMAL: decimal(10,0), or (20,0) for BIGINT.
+_DELTA_DECIMAL_DIGITS: dict[type[T.DataType], int] = {
+    T.ByteType: 10,
+    T.ShortType: 10,
+    T.IntegerType: 10,
+    T.LongType: 20,
+}
+_MAX_PRECISION = 38
+
+
+# ----------------------------------------------------------------------------- types
+
+
+def _args(column_type: str) -> list[int]:
+    """The numbers of ``decimal(12,2)`` / ``bit(10)`` / ``int(11)``; empty when there are none."""
+    found = re.search(r"\(([\d\s,]+)\)", column_type)
+    return [int(a) for a in found.group(1).split(",")] if found else []
+
+
+def spark_type(column: Column) -> T.DataType:
+    """The Spark type of a source column: the table in the module docstring."""
+    t = column.data_type.lower()
+    unsigned = column.unsigned
+    if t == "tinyint":
+        return T.ShortType() if unsigned else T.ByteType()
+    if t == "smallint":
+        return T.IntegerType() if unsigned else T.ShortType()
+    if t == "mediumint":
+        return T.IntegerType()
+    if t in ("int", "integer"):
+        return T.LongType() if unsigned else T.IntegerType()
+    if t == "bigint":
+        return T.DecimalType(20, 0) if unsigned else T.LongType()
+    if t in ("decimal", "numeric"):
+        args = _args(column.column_type)
+        precision = args[0] if args else 10
+        scale = args[1] if len(args) > 1 else 0
+        return T.DecimalType(precision, scale) if precision <= _MAX_PRECISION else T.StringType()
+    if t == "float":
+        return T.FloatType()
+    if t in ("double", "real", "double precision"):
+        return T.DoubleType()
+    if t == "bit":
+        args = _args(column.column_type)
+        return T.LongType() if (args[0] if args else 1) <= 63 else T.DecimalType(20, 0)
+    if t == "year":
+        return T.ShortType()
+    if t == "date":
+        return T.DateType()
+    if t == "datetime":
+        return T.TimestampNTZType()
+    if t == "timestamp":
+        return T.TimestampType()
+    if t == "set":
+        return T.ArrayType(T.StringType(), True)
+    if t in _BINARY:
+        return T.BinaryType()
+    return T.StringType()  # text types, TIME, JSON, ENUM, UUID/INET (MariaDB) and anything unknown
+
+
+def arrow_type(data_type: T.DataType) -> pa.DataType:
+    """The Arrow type Spark reads as ``data_type`` (timestamps in microseconds, TIMESTAMP in UTC)."""
+    simple: dict[type[T.DataType], pa.DataType] = {
+        T.BooleanType: pa.bool_(),
+        T.ByteType: pa.int8(),
+        T.ShortType: pa.int16(),
+        T.IntegerType: pa.int32(),
+        T.LongType: pa.int64(),
+        T.FloatType: pa.float32(),
+        T.DoubleType: pa.float64(),
+        T.StringType: pa.string(),
+        T.BinaryType: pa.binary(),
+        T.DateType: pa.date32(),
+        T.TimestampNTZType: pa.timestamp("us"),
+        T.TimestampType: pa.timestamp("us", tz="UTC"),
+    }
+    if isinstance(data_type, T.DecimalType):
+        return pa.decimal128(data_type.precision, data_type.scale)
+    if isinstance(data_type, T.ArrayType):
+        return pa.list_(arrow_type(data_type.elementType))
+    try:
+        return simple[type(data_type)]
+    except KeyError:
+        raise ValueError(f"no Arrow type for Spark type {data_type.simpleString()}") from None
+
+
+def invalid_column_names(names: Iterable[str]) -> list[str]:
+    """Names Delta refuses (spaces, commas, braces, ... need column mapping, which gtidsnap does not set)."""
+    return [n for n in names if _INVALID_NAME.search(n)]
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def _to_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _to_json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _to_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    text = str(value)
+    if text.startswith("base64:"):
+        return base64.b64decode(text[len("base64:") :])
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def _to_naive(value: Any) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        moment = value
+    elif isinstance(value, dt.date):
+        moment = dt.datetime(value.year, value.month, value.day)
+    else:
+        moment = dt.datetime.fromisoformat(str(value))
+    return moment.astimezone(_UTC).replace(tzinfo=None) if moment.tzinfo is not None else moment
+
+
+def _to_utc(value: Any) -> dt.datetime:
+    """TIMESTAMP text is UTC (the snapshot session runs at +00:00, the binlog holds UTC instants)."""
+    moment = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    return moment.replace(tzinfo=_UTC) if moment.tzinfo is None else moment.astimezone(_UTC)
+
+
+def _to_date(value: Any) -> dt.date:
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    return dt.date.fromisoformat(str(value)[:10])
+
+
+def _to_decimal(value: Any) -> Decimal:
+    return value if isinstance(value, Decimal) else Decimal(str(value))
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, str | Decimal | float):
+        number = Decimal(value) if not isinstance(value, Decimal) else value
+        if number != number.to_integral_value():
+            raise ValueError("not a whole number")
+        return int(number)
+    return int(value)
+
+
+def _to_list(value: Any) -> list[str]:
+    items = value if isinstance(value, list | tuple | set | frozenset) else str(value).split(",")
+    return sorted(str(i) for i in items if str(i) != "")
+
+
+def converter(column: Column | None, data_type: T.DataType) -> Callable[[Any], Any]:
+    """Canonical value of ``column`` -> the Python value Arrow builds ``data_type`` from (None stays None).
+
+    ``column`` is the source column the values come from (None: unknown, e.g. a dropped column); it
+    only matters for JSON, whose canonical value is the parsed document and is written as JSON text.
+    """
+    if isinstance(data_type, T.StringType):
+        fn: Callable[[Any], Any] = (
+            _to_json_text if column is not None and column.data_type.lower() == "json" else _to_text
+        )
+    elif isinstance(data_type, _INTEGRAL):
+        fn = _to_int
+    elif isinstance(data_type, T.DecimalType):
+        fn = _to_decimal
+    elif isinstance(data_type, T.FloatType | T.DoubleType):
+        fn = float
+    elif isinstance(data_type, T.BinaryType):
+        fn = _to_bytes
+    elif isinstance(data_type, T.DateType):
+        fn = _to_date
+    elif isinstance(data_type, T.TimestampNTZType):
+        fn = _to_naive
+    elif isinstance(data_type, T.TimestampType):
+        fn = _to_utc
+    elif isinstance(data_type, T.ArrayType):
+        fn = _to_list
+    elif isinstance(data_type, T.BooleanType):
+        fn = bool
+    else:
+        raise ValueError(f"no conversion to Spark type {data_type.simpleString()}")
+
+    def convert(value: Any) -> Any:
+        return None if value is None else fn(value)
+
+    return convert
+
+
+def arrow_array(column: Column | None, data_type: T.DataType, values: Sequence[Any]) -> pa.Array:
+    """One Arrow column of ``data_type`` from canonical values; raises ValueError naming the bad value."""
+    convert = converter(column, data_type)
+    converted = []
+    for value in values:
+        try:
+            converted.append(convert(value))
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise ValueError(f"{value!r} is not a {data_type.simpleString()} value: {exc}") from exc
+    try:
+        return pa.array(converted, type=arrow_type(data_type))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        raise ValueError(f"values do not fit {data_type.simpleString()}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- type changes
+
+
+def _integral_rank(data_type: T.DataType) -> int | None:
+    for rank, kind in enumerate(_INTEGRAL):
+        if isinstance(data_type, kind):
+            return rank
+    return None
+
+
+def holds(existing: T.DataType, new: T.DataType) -> bool:
+    """Can a column of type ``existing`` store every value of type ``new`` exactly?"""
+    if existing == new:
+        return True
+    old_rank, new_rank = _integral_rank(existing), _integral_rank(new)
+    if old_rank is not None and new_rank is not None:
+        return new_rank <= old_rank
+    if isinstance(existing, T.DecimalType):
+        if new_rank is not None:
+            return existing.precision - existing.scale >= _DIGITS[type(new)]
+        if isinstance(new, T.DecimalType):
+            integral_digits = existing.precision - existing.scale
+            return existing.scale >= new.scale and integral_digits >= new.precision - new.scale
+        return False
+    if old_rank is not None and isinstance(new, T.DecimalType):
+        return new.scale == 0 and new.precision < _DIGITS[type(existing)]
+    if isinstance(existing, T.DoubleType):
+        return isinstance(new, T.FloatType) or (new_rank is not None and new_rank <= 2)
+    if isinstance(existing, T.FloatType):
+        return new_rank is not None and new_rank <= 1  # float32 is exact up to 2**24
+    if isinstance(existing, T.TimestampNTZType):
+        return isinstance(new, T.DateType)
+    return False
+
+
+def can_widen(existing: T.DataType, new: T.DataType) -> bool:
+    """Does Delta's type widening (Delta 4) support changing a column from ``existing`` to ``new``?"""
+    if existing == new:
+        return True
+    old_rank, new_rank = _integral_rank(existing), _integral_rank(new)
+    if old_rank is not None:
+        if new_rank is not None:
+            return new_rank > old_rank
+        if isinstance(new, T.DoubleType):
+            return old_rank <= 2
+        if isinstance(new, T.DecimalType):
+            return new.precision - new.scale >= _DELTA_DECIMAL_DIGITS[type(existing)]
+        return False
+    if isinstance(existing, T.FloatType):
+        return isinstance(new, T.DoubleType)
+    if isinstance(existing, T.DecimalType) and isinstance(new, T.DecimalType):
+        grow_precision, grow_scale = new.precision - existing.precision, new.scale - existing.scale
+        return grow_precision >= grow_scale >= 0
+    if isinstance(existing, T.DateType):
+        return isinstance(new, T.TimestampNTZType)
+    return False
+
+
+def _candidates(existing: T.DataType, new: T.DataType) -> list[T.DataType]:
+    """Common supertypes worth trying when neither type holds the other (INT and DECIMAL(8,2), ...)."""
+    numeric: tuple[type[T.DataType], ...] = (T.DecimalType, *_INTEGRAL)
+    if not (isinstance(existing, numeric) and isinstance(new, (*numeric, T.FloatType))):
+        return []
+    if isinstance(new, T.FloatType):
+        return [T.DoubleType()]
+
+    def digits_and_scale(t: T.DataType) -> tuple[int, int]:
+        if isinstance(t, T.DecimalType):
+            return t.precision - t.scale, t.scale
+        return _DELTA_DECIMAL_DIGITS[type(t)], 0
+
+    (d1, s1), (d2, s2) = digits_and_scale(existing), digits_and_scale(new)
+    digits, scale = max(d1, d2), max(s1, s2)
+    return [T.DecimalType(digits + scale, scale)] if digits + scale <= _MAX_PRECISION else []
+
+
+def evolve_type(existing: T.DataType, new: T.DataType) -> T.DataType | None:
+    """The type a Delta column of type ``existing`` must have to also take values of type ``new``:
+    ``existing`` when it already holds them, a wider type Delta can widen to, or None (impossible)."""
+    if holds(existing, new):
+        return existing
+    if can_widen(existing, new):
+        return new
+    for candidate in _candidates(existing, new):
+        if holds(candidate, new) and can_widen(existing, candidate):
+            return candidate
+    return None
