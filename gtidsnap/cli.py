@@ -74,7 +74,8 @@ def _setup_logging(verbose: bool) -> None:
         handler = logging.StreamHandler(sys.stderr)
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=level, format=fmt, handlers=[handler], force=True)
-    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)
+    for noisy in ("pymysqlreplication", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _tables(names: list[str]) -> list[TableId]:
