@@ -22,6 +22,10 @@ install() {
 start_node() {
   local node=$1 d; d=$(dir_of "$node")
   if pid_alive "$d/mysqld.pid"; then return 0; fi
+  if (exec 3<>"/dev/tcp/127.0.0.1/${PORT[$node]}") 2>/dev/null; then
+    die "127.0.0.1:${PORT[$node]} is already taken by another process: stop it, or move mariadb-$node with" \
+      "MARIADB_${node^^}_PORT"
+  fi
   mkdir -p "$d"
   if [[ ! -d "$d/data/mysql" ]]; then
     log "mariadb-$node: initialising $d/data"
