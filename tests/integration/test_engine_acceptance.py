@@ -219,7 +219,7 @@ def test_kill_9_at_random_points_then_restart(pair: ReplicaPair, fresh_db: str, 
     runs; every restart resumes from the checkpoint; the final output has no loss and no duplicate."""
     create_table(pair, fresh_db, "t", 20_000)
     writer = Writer(pair, fresh_db, ["t"], seed=11, transactions=400, pause_s=0.02).start()
-    env = dict(cli_env(pair), GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="8")  # ~5 s of snapshot to kill into
+    env = dict(cli_env(pair), GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="20")  # ~10 s of snapshot to kill into
     args = gtidsnap_cmd(
         "run",
         "--snapshot",
@@ -238,7 +238,7 @@ def test_kill_9_at_random_points_then_restart(pair: ReplicaPair, fresh_db: str, 
         if kills >= 4 and not writer.running:
             break
         proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rnd.uniform(0.8, 2.5))  # python start-up takes about 0.7 s
+        time.sleep(rnd.uniform(0.8, 2.0))  # python start-up takes about 0.7 s
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
