@@ -227,7 +227,7 @@ class Engine:
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
         checkpoint = self.store.load()
-        flavor = str(getattr(self.replica.flavor, "value", self.replica.flavor))
+        flavor = self._flavor()
         if checkpoint is None:
             self.processed = self.replica.executed()
             self.seq = 1
@@ -524,8 +524,7 @@ class Engine:
             self._window = None
 
     def _display_key(self, table: TableId, row: Row) -> tuple[Any, ...]:
-        schema = self._schemas.get(table) or self._schema(table)
-        return tuple(row.get(c) for c in schema.key)
+        return tuple(row.get(c) for c in self._schema(table).key)
 
     def _next_seq(self) -> int:
         self.seq += 1
