@@ -13,16 +13,15 @@ last checkpoint with no loss and no duplicate in the output.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import re
-import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
+from gtidsnap.crashpoints import crash_point
 from gtidsnap.errors import ConfigError, GtidsnapError, SchemaError
 from gtidsnap.gtid import GtidSet
 from gtidsnap.model import (
@@ -221,7 +220,6 @@ class Engine:
         self._last_chunk_at = 0.0
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
-        self._crash_counts: dict[str, int] = {}
         self._schema_retries = 0
 
     # ------------------------------------------------------------------ start and resume
@@ -577,23 +575,13 @@ class Engine:
     def _commit(self) -> None:
         """Sink first, then the checkpoint that names the sink's position: see the module docstring."""
         position = self.sink.commit()
-        self._crash_point("between-commit-and-checkpoint")
+        crash_point("between-commit-and-checkpoint")
         self.store.save(
             Checkpoint(self._flavor(), self.processed, self.seq, position, self.context, self.signals)
         )
         self._uncommitted = 0
         self._last_commit_at = time.monotonic()
         self._report()
-
-    def _crash_point(self, name: str) -> None:
-        """Crash tests: ``GTIDSNAP_TEST_CRASH_AT=name:N`` kills this process with SIGKILL the N-th time it
-        passes ``name``, so a test can hit a precise instant that random kills almost never reach."""
-        spec = os.environ.get("GTIDSNAP_TEST_CRASH_AT", "")
-        if not spec.startswith(name + ":"):
-            return
-        self._crash_counts[name] = self._crash_counts.get(name, 0) + 1
-        if self._crash_counts[name] == int(spec.rsplit(":", 1)[1]):
-            os.kill(os.getpid(), signal.SIGKILL)
 
     def _flavor(self) -> str:
         return str(getattr(self.replica.flavor, "value", self.replica.flavor))

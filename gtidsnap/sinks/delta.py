@@ -70,6 +70,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from gtidsnap.config import SinkSettings
+from gtidsnap.crashpoints import crash_point
 from gtidsnap.errors import ConfigError, SchemaError, SinkError
 from gtidsnap.model import Row, TableId
 from gtidsnap.records import Record
@@ -493,6 +494,7 @@ class DeltaSink:
         started = time.monotonic()
         self._failed = batch
         for table in sorted(self._pending):
+            crash_point("delta-before-table")
             try:
                 self._write_table(table, self._pending[table], batch)
             except SinkError:
@@ -536,8 +538,10 @@ class DeltaSink:
         try:
             mirror = mirror_path(self.root, table)
             self._merge(table, mirror, pending, last_per_key(pending.schema, changes), batch)
+            crash_point("delta-after-mirror")
             if self.settings.changelog:
                 self._append(table, changelog_path(self.root, table), pending, changes, batch)
+                crash_point("delta-after-changelog")
         finally:
             self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
 
