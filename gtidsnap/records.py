@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from gtidsnap.model import Row, TableId
 
 RecordOp = Literal["c", "u", "d", "r"]
@@ -42,5 +44,10 @@ class Record:
             "source_ts": self.source_ts,
         }
 
-    def to_line(self) -> str:
-        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
+    def to_line(self) -> bytes:
+        """One JSON line, UTF-8. Text that is not valid Unicode (a lone surrogate left by decoding
+        bytes that were not UTF-8) is written with ``\\u`` escapes instead of failing the batch."""
+        try:
+            return orjson.dumps(self.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:
+            return (json.dumps(self.to_json(), separators=(",", ":")) + "\n").encode("ascii")

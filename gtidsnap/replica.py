@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from functools import cached_property
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -45,18 +45,35 @@ _SPECIFIC_ACCESS_DENIED = 1227
 _PASSWORD_IN_GRANT = re.compile(r"\s+IDENTIFIED\s.*?(?=\s+WITH\s|$)", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
 class ChunkResult:
     """One chunk as selected, in key order.
 
     ``rows`` pairs each normalised row with its (collation-folded) key; ``last_raw_key`` is the last
     row's key exactly as the server returned it, the next chunk's lower bound (folded keys must not be
     sent back: ``'abc'`` is not ``'ABC'`` under a binary collation of another key column).
+
+    Rows are normalised on first use of ``rows``, not when selected: the engine takes the high
+    watermark first, so the binlog stays paused only for the SELECT itself.
     """
 
-    rows: tuple[tuple[Key, dict[str, Any]], ...]
-    last_raw_key: tuple[Any, ...] | None
-    count: int
+    def __init__(self, schema: TableSchema, names: Sequence[str], raw_rows: Sequence[Sequence[Any]]) -> None:
+        self.schema = schema
+        self.names = tuple(names)
+        self.raw_rows = raw_rows
+        self.count = len(raw_rows)
+        key_at = [self.names.index(k) for k in schema.key]
+        self.last_raw_key: tuple[Any, ...] | None = (
+            tuple(raw_rows[-1][i] for i in key_at) if raw_rows else None
+        )
+
+    @cached_property
+    def rows(self) -> tuple[tuple[Key, dict[str, Any]], ...]:
+        normalize, key_of, names = self.schema.normalize_values, self.schema.key_of, self.names
+        out = []
+        for raw in self.raw_rows:
+            row = normalize(names, raw)
+            out.append((key_of(row), row))
+        return tuple(out)
 
 
 def parse_version(text: str) -> tuple[Flavor, tuple[int, int, int]]:
@@ -319,13 +336,7 @@ class Replica:
         """Rows with ``after < key <= upto`` in key order, at most ``limit``, normalised and keyed."""
         sql, params = chunk_query(schema, after, upto, limit, condition)
         names, raw_rows = self._query(sql, params, f"selecting a chunk of {schema.table}")
-        key_at = [names.index(k) for k in schema.key]
-        rows = []
-        for raw in raw_rows:
-            row = schema.normalize_row(dict(zip(names, raw, strict=True)))
-            rows.append((schema.key_of(row), row))
-        last = tuple(raw_rows[-1][i] for i in key_at) if raw_rows else None
-        return ChunkResult(tuple(rows), last, len(rows))
+        return ChunkResult(schema, names, raw_rows)
 
     # ------------------------------------------------------------------ preflight
 

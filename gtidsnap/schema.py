@@ -13,9 +13,10 @@ import base64
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property, partial
 from typing import Any
 
 from gtidsnap.model import Key, Row, TableId
@@ -54,17 +55,23 @@ class TableSchema:
                 return c
         raise KeyError(f"{self.table} has no column {name!r}")
 
-    @property
+    @cached_property
     def key_columns(self) -> tuple[Column, ...]:
         return tuple(self.column(n) for n in self.key)
 
     def normalize_row(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Canonical values for every known column; unknown names (a DDL in flight) pass as they are."""
-        by_name = {c.name: c for c in self.columns}
-        return {
-            name: normalize_value(by_name[name], value) if name in by_name else _plain(value)
-            for name, value in raw.items()
-        }
+        return self.normalize_values(raw.keys(), raw.values())
+
+    def normalize_values(self, names: Iterable[str], values: Iterable[Any]) -> dict[str, Any]:
+        """:meth:`normalize_row` of a row given as names and values (a result set's tuple)."""
+        converters = self._converters
+        return {name: converters.get(name, _plain)(value) for name, value in zip(names, values, strict=True)}
+
+    @cached_property
+    def _converters(self) -> dict[str, Callable[[Any], Any]]:
+        """One converter per column, chosen once: most values then need no per-value type dispatch."""
+        return {c.name: value_converter(c) for c in self.columns}
 
     def key_of(self, row: Row) -> Key:
         """The key of a normalised row, folded by collation so equal keys compare equal."""
@@ -76,6 +83,30 @@ def fold_key_value(column: Column, value: Any) -> Any:
     if isinstance(value, str) and column.case_insensitive:
         return value.rstrip(" ").casefold()
     return value
+
+
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+_TEXT_TYPES = frozenset({"char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum"})
+
+
+def value_converter(column: Column) -> Callable[[Any], Any]:
+    """:func:`normalize_value` for one column, with a fast path for the value class it usually gets.
+
+    Each fast path returns exactly what :func:`normalize_value` would for that class (the unit tests
+    compare them); anything else takes the general route."""
+    general = partial(normalize_value, column)
+    t = column.data_type
+    if t in _INTEGER_TYPES:
+        return lambda v: v if v.__class__ is int else general(v)
+    if t in _TEXT_TYPES:
+        return lambda v: v if v.__class__ is str else general(v)
+    if t in ("datetime", "timestamp"):
+        return lambda v: v.isoformat(sep=" ") if v.__class__ is dt.datetime else general(v)
+    if t == "date":
+        return lambda v: v.isoformat() if v.__class__ is dt.date else general(v)
+    if t in ("decimal", "numeric"):
+        return lambda v: str(v) if v.__class__ is Decimal else general(v)
+    return general
 
 
 _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})

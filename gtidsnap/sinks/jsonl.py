@@ -21,7 +21,7 @@ class JsonlSink:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
 
     def open(self, committed: Any) -> None:
         offset = int(committed or 0)
@@ -36,14 +36,14 @@ class JsonlSink:
                     "the output was truncated or replaced; move the checkpoint away to start over"
                 )
             os.truncate(self.path, offset)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = self.path.open("ab")
         except OSError as exc:
             raise SinkError(f"cannot open {self.path}: {exc}") from exc
 
     def write(self, records: Sequence[Record]) -> None:
         if self._file is None:
             raise SinkError("the JSON-lines sink is not open")
-        self._file.write("".join(r.to_line() for r in records))
+        self._file.write(b"".join(r.to_line() for r in records))
 
     def commit(self) -> int:
         if self._file is None:
