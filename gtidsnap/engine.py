@@ -12,6 +12,8 @@ last checkpoint with no loss and no duplicate in the output.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import queue
 import re
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
+from gtidsnap.committer import BackgroundCommitter
 from gtidsnap.crashpoints import crash_point
 from gtidsnap.errors import ConfigError, GtidsnapError, SchemaError
 from gtidsnap.gtid import GtidSet
@@ -40,7 +43,7 @@ from gtidsnap.model import (
 from gtidsnap.plan import RawKey, SnapshotContext, TableProgress
 from gtidsnap.records import Record
 from gtidsnap.schema import TableSchema
-from gtidsnap.sinks import Sink
+from gtidsnap.sinks import SealingSink, Sink
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
@@ -221,6 +224,7 @@ class Engine:
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
         self._schema_retries = 0
+        self._committer: BackgroundCommitter | None = None  # set while run() runs, for a SealingSink
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
@@ -267,8 +271,12 @@ class Engine:
             self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
         stream = self.open_stream(self.processed, self._schema_of)
         target: GtidSet | None = None
+        if isinstance(self.sink, SealingSink):
+            self._committer = BackgroundCommitter()
         try:
             while not self._stop:
+                if self._committer is not None:
+                    self._committer.check()
                 self._drain_commands()
                 if self._stop:
                     break
@@ -295,7 +303,13 @@ class Engine:
                     self._commit()
             if not self._in_tx:
                 self._commit()
+            if self._committer is not None:
+                self._committer.wait()
         finally:
+            committer, self._committer = self._committer, None
+            if committer is not None:
+                with contextlib.suppress(Exception):  # already failing: let the first error out
+                    committer.wait()
             stream.close()
             self.sink.close()
         return self.stats
@@ -308,10 +322,11 @@ class Engine:
         return self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic()
 
     def _commit_due(self) -> bool:
-        return (
-            self._uncommitted >= self.settings.commit_rows
-            or time.monotonic() - self._last_commit_at >= self.settings.checkpoint_interval_s
-        )
+        if self._uncommitted >= self.settings.commit_rows:
+            return True  # with a commit in flight this waits for it: memory stays bounded by commit_rows
+        if self._committer is not None and self._committer.busy:
+            return False  # the next batch grows while the previous one commits
+        return time.monotonic() - self._last_commit_at >= self.settings.checkpoint_interval_s
 
     # ------------------------------------------------------------------ commands
     def _drain_commands(self) -> None:
@@ -573,15 +588,33 @@ class Engine:
 
     # ------------------------------------------------------------------ commits
     def _commit(self) -> None:
-        """Sink first, then the checkpoint that names the sink's position: see the module docstring."""
-        position = self.sink.commit()
-        crash_point("between-commit-and-checkpoint")
-        self.store.save(
-            Checkpoint(self._flavor(), self.processed, self.seq, position, self.context, self.signals)
-        )
+        """Sink first, then the checkpoint that names the sink's position: see the module docstring.
+
+        With a :class:`SealingSink` both happen in the background (:mod:`gtidsnap.committer`): the
+        batch and the engine's state are taken together here, so the checkpoint saved after the batch
+        is committed describes exactly what the batch holds, while the engine reads on."""
+        state = (self._flavor(), self.processed, self.seq, self.context, copy.deepcopy(self.signals))
+        if self._committer is not None and isinstance(self.sink, SealingSink):
+            self._committer.wait()
+            job = self.sink.seal()
+            self._committer.submit(lambda: self._checkpoint(job(), *state))
+        else:
+            self._checkpoint(self.sink.commit(), *state)
         self._uncommitted = 0
         self._last_commit_at = time.monotonic()
         self._report()
+
+    def _checkpoint(
+        self,
+        position: Any,
+        flavor: str,
+        processed: GtidSet,
+        seq: int,
+        context: SnapshotContext,
+        signals: dict[str, Any],
+    ) -> None:
+        crash_point("between-commit-and-checkpoint")
+        self.store.save(Checkpoint(flavor, processed, seq, position, context, signals))
 
     def _flavor(self) -> str:
         return str(getattr(self.replica.flavor, "value", self.replica.flavor))

@@ -3,8 +3,8 @@ checkpoint stores with the processed GTID set, so a restart can drop whatever ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from gtidsnap.records import Record
 
@@ -20,3 +20,12 @@ class Sink(Protocol):
         """Make everything written durable; return the JSON-able position to checkpoint."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SealingSink(Sink, Protocol):
+    """A sink whose commits can run in the background (see :mod:`gtidsnap.committer`)."""
+
+    def seal(self) -> Callable[[], Any]:
+        """Take everything written so far as one batch; return the job that commits it and returns its
+        position. The job runs in another thread; writes after ``seal`` belong to the next batch."""

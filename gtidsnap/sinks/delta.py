@@ -491,29 +491,56 @@ class DeltaSink:
         if not self._pending:
             return {POSITION_KEY: self._batch}
         batch = self._batch + 1
-        started = time.monotonic()
         self._failed = batch
-        for table in sorted(self._pending):
+        self._write_batch(batch, self._pending)
+        self._pending = {}
+        self._batch, self._failed = batch, None
+        return {POSITION_KEY: batch}
+
+    def seal(self) -> Callable[[], dict[str, int]]:
+        """The batch so far, to be committed by the returned job in another thread while new records
+        arrive (:mod:`gtidsnap.committer`). A failed job is not retried: the engine stops, and the next
+        ``open`` puts back whatever the batch wrote without a checkpoint."""
+        if self._batch is None:
+            raise SinkError("the Delta sink is not open")
+        if self._failed is not None:
+            raise SinkError(f"the commit of batch {self._failed} failed: reopen the sink")
+        position = {POSITION_KEY: self._batch}
+        if not self._pending:
+            return lambda: position
+        batch, pending = self._batch + 1, self._pending
+        self._batch, self._pending = batch, {}
+
+        def job() -> dict[str, int]:
+            try:
+                self._write_batch(batch, pending)
+            except BaseException:
+                self._failed = batch
+                raise
+            return {POSITION_KEY: batch}
+
+        return job
+
+    def _write_batch(self, batch: int, pending: Mapping[TableId, _Pending]) -> None:
+        started = time.monotonic()
+        for table in sorted(pending):
             crash_point("delta-before-table")
             try:
-                self._write_table(table, self._pending[table], batch)
+                self._write_table(table, pending[table], batch)
             except SinkError:
                 raise
             except Exception as exc:
                 raise SinkError(
                     f"writing batch {batch} of {table} to {self.root} failed: {_short(exc)}"
                 ) from exc
-        count = sum(len(p.records) for p in self._pending.values())
+        count = sum(len(p.records) for p in pending.values())
         log.info(
             "batch %d: %d records of %d tables in %.2f s",
             batch,
             count,
-            len(self._pending),
+            len(pending),
             time.monotonic() - started,
         )
-        self._pending.clear()
-        self._batch, self._failed = batch, None
-        return {POSITION_KEY: batch}
 
     def close(self) -> None:
         """Drops what was not committed (the replay brings it back); the SparkSession stays up."""

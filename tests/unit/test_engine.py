@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from gtidsnap.engine import Engine, EngineSettings, SetChunkSize
 from gtidsnap.errors import SchemaError
 from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.model import BinlogEvent, Heartbeat, Key, RowChange, TableId, TxBegin, TxCommit
+from gtidsnap.records import Record
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks.jsonl import JsonlSink
 
@@ -132,8 +133,33 @@ class FakeStream:
         pass
 
 
+class SealingJsonl(JsonlSink):
+    """JSON lines committed in the background: records wait in memory until sealed, and the commit
+    job may "crash" before writing, or after writing but before its position reaches the checkpoint."""
+
+    def __init__(self, path: Path, crash: Callable[[], None]) -> None:
+        super().__init__(path)
+        self.crash = crash
+        self.buffer: list[Record] = []
+
+    def write(self, records: Sequence[Record]) -> None:
+        self.buffer.extend(records)
+
+    def seal(self) -> Callable[[], Any]:
+        batch, self.buffer = self.buffer, []
+
+        def job() -> int:
+            self.crash()
+            JsonlSink.write(self, batch)
+            position = JsonlSink.commit(self)
+            self.crash()
+            return position
+
+        return job
+
+
 def run_until_done(
-    tmp: Path, world: World, rnd: random.Random, crash_p: float, chunk: int
+    tmp: Path, world: World, rnd: random.Random, crash_p: float, chunk: int, sealing: bool = False
 ) -> list[dict[str, Any]]:
     out = tmp / "changes.jsonl"
     store = CheckpointStore(tmp / "checkpoint.json")
@@ -147,7 +173,7 @@ def run_until_done(
         engine = Engine(
             FakeReplica(world),
             lambda start, schema_of: FakeStream(world, start, maybe_crash),
-            JsonlSink(out),
+            SealingJsonl(out, maybe_crash) if sealing else JsonlSink(out),
             store,
             EngineSettings(chunk_size=chunk, checkpoint_interval_s=0.0),
             captured=[T],
@@ -201,14 +227,17 @@ def check_output(records: list[dict[str, Any]], world: World) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 40), chunk=st.integers(1, 9))
+@given(
+    seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 40), chunk=st.integers(1, 9), sealing=st.booleans()
+)
 def test_snapshot_and_stream_with_crashes_replays_to_the_table(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, rows: int, chunk: int
+    tmp_path_factory: pytest.TempPathFactory, seed: int, rows: int, chunk: int, sealing: bool
 ) -> None:
+    """Inline commits, and background commits of sealed batches (the Delta sink's way)."""
     rnd = random.Random(seed)
     world = World(rnd, rows, writes=30)
     tmp = tmp_path_factory.mktemp("run")
-    records = run_until_done(tmp, world, rnd, crash_p=0.03, chunk=chunk)
+    records = run_until_done(tmp, world, rnd, crash_p=0.03, chunk=chunk, sealing=sealing)
     check_output(records, world)
     (table,) = json.loads((tmp / "checkpoint.json").read_text())["context"]["tables"]
     assert table["done"] and table["rows"] == sum(1 for r in records if r["snapshot"])

@@ -1,0 +1,57 @@
+"""Sink commits in the background, one at a time and in order, while the engine keeps reading.
+
+A Delta commit takes seconds of Spark work; done inline, the engine would neither read chunks nor the
+binlog meanwhile. A sink that can *seal* (hand over everything written so far as one batch, and take
+new writes at once) lets the engine go on while the batch is committed here. Each job commits its
+batch and then saves the checkpoint taken when the batch was sealed, so the order "sink commit, then
+the checkpoint that names it" holds exactly as in the inline path, and a crash at any point leaves a
+checkpoint that is at or behind what the sink holds (the sink's ``open`` undoes the rest).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class BackgroundCommitter:
+    """A single worker thread that runs commit jobs one after the other.
+
+    At most one job runs and none waits: :meth:`submit` first waits for the previous job, so batches
+    are never reordered and never more than two are held in memory (the one committing, the one
+    filling). A job's exception is kept and raised in the engine's thread by :meth:`check`.
+    """
+
+    def __init__(self, name: str = "gtidsnap-commit") -> None:
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` in the background once the previous one is done."""
+        self.wait()
+        self._thread = threading.Thread(target=self._run, args=(job,), name=self._name, daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Block until no job runs; raise the error of a job that failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.check()
+
+    def check(self) -> None:
+        """Raise (once) the exception of a failed job, in the caller's thread."""
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _run(self, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as exc:  # handed to the engine's thread, which stops on it
+            self._error = exc
