@@ -1,0 +1,74 @@
+"""What every measurement gets: the pair, the sizes, where to work and log, and results to share."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench_lib.env import STATE_DIR, Pair
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("bench")
+
+WRITER_RATE = 1_000.0  # rows/s of the concurrent writer during snapshots (a, c, e)
+WRITER_BATCH = 10  # rows per writer transaction
+
+
+@dataclass
+class Context:
+    pair: Pair
+    rows: int
+    big_rows: int
+    chunk_size: int
+    latency_s: float
+    label: str
+    timeout: float  # seconds a gtidsnap run may take before it is stopped and measured as it stands
+    shared: dict[str, Any] = field(default_factory=dict)  # results one part reuses from another
+
+    @property
+    def flavor(self) -> str:
+        return self.pair.flavor
+
+    @property
+    def table(self) -> str:
+        return f"snap_{self.rows}"
+
+    @property
+    def big_table(self) -> str:
+        return f"snap_{self.big_rows}"
+
+    def work(self, name: str) -> Path:
+        """An empty folder for one gtidsnap run's output and checkpoint (git-ignored, under .state)."""
+        path = STATE_DIR / "bench" / "work" / f"{self.flavor}-{name}"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    def log_path(self, name: str) -> Path:
+        return STATE_DIR / "bench" / "logs" / self.label / f"{self.flavor}-{name}.log"
+
+
+_spark: SparkSession | None = None
+
+
+def spark() -> SparkSession:
+    """The bench's one SparkSession, for reading Delta output (pre-resolved jars, nothing downloaded)."""
+    global _spark
+    if _spark is None:
+        from gtidsnap.spark_session import build_spark_session
+
+        _spark = build_spark_session(app_name="gtidsnap-bench-read")
+        _spark.sparkContext.setLogLevel("WARN")
+    return _spark
+
+
+def stop_spark() -> None:
+    global _spark
+    if _spark is not None:
+        _spark.stop()
+        _spark = None

@@ -1,0 +1,180 @@
+"""Where the benchmark runs: the local primary -> replica pairs of the harness (ports and accounts as in
+``scripts/lib.sh``), GTID watermarks read the way gtidsnap reads them, and what the machine is."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from gtidsnap.connection import ConnectionSettings, Secret
+from gtidsnap.gtid import GtidSet, parse_gtid_set
+
+REPO = Path(__file__).resolve().parents[2]
+STATE_DIR = Path(os.environ.get("GTIDSNAP_STATE_DIR", str(REPO / ".state")))
+HOST = "127.0.0.1"
+ADMIN = ("admin", "admin-test-pw")  # writes, on the primaries only
+READER = ("gtidsnap", "gtidsnap-test-pw")  # gtidsnap's read-only account on the replicas
+DATABASE = "bench"
+FLAVORS = ("mariadb", "mysql")
+_PORTS = {
+    "mariadb": ("MARIADB_PRIMARY_PORT", 33061, "MARIADB_REPLICA_PORT", 33062),
+    "mysql": ("MYSQL_PRIMARY_PORT", 33071, "MYSQL_REPLICA_PORT", 33072),
+}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One primary -> replica pair: the bench writes to the primary, everything else reads the replica."""
+
+    flavor: str
+    primary_port: int
+    replica_port: int
+
+    @classmethod
+    def of(cls, flavor: str) -> Pair:
+        p_env, p_default, r_env, r_default = _PORTS[flavor]
+        return cls(flavor, int(os.environ.get(p_env, p_default)), int(os.environ.get(r_env, r_default)))
+
+    @property
+    def replica_address(self) -> str:
+        return f"{HOST}:{self.replica_port}"
+
+    def primary(self, **kwargs: Any) -> pymysql.connections.Connection[Any]:
+        return _connect(self.primary_port, ADMIN, **kwargs)
+
+    def reader(self, **kwargs: Any) -> pymysql.connections.Connection[Any]:
+        return _connect(self.replica_port, READER, **kwargs)
+
+    def reader_settings(self) -> ConnectionSettings:
+        """The replica as gtidsnap's config names it (TLS disabled, as in the harness)."""
+        return ConnectionSettings(HOST, self.replica_port, READER[0], Secret(READER[1]))
+
+    def executed(self, conn: pymysql.connections.Connection[Any]) -> GtidSet:
+        """The executed GTID set, read as gtidsnap reads its watermarks."""
+        with conn.cursor() as cur:
+            if self.flavor == "mariadb":
+                cur.execute("SELECT @@global.gtid_binlog_pos")
+                row = cur.fetchone()
+                return parse_gtid_set("mariadb", str(row[0] if row and row[0] is not None else ""))
+            cur.execute("SHOW MASTER STATUS")
+            names = [d[0] for d in cur.description or ()]
+            row = cur.fetchone()
+        assert row is not None, f"{self.flavor}: no binary log status"
+        return parse_gtid_set("mysql", str(dict(zip(names, row, strict=True))["Executed_Gtid_Set"]))
+
+    def replica_executed(self) -> GtidSet:
+        with self.reader() as conn:
+            return self.executed(conn)
+
+    def wait_replicated(self, timeout: float = 900.0) -> GtidSet:
+        """Block until the replica has executed everything the primary has; return the replica's set."""
+        with self.primary() as primary:
+            target = self.executed(primary)
+        deadline = time.monotonic() + timeout
+        with self.reader() as replica:
+            while True:
+                now = self.executed(replica)
+                if target <= now:
+                    return now
+                if time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"{self.flavor} replica {self.replica_address} did not reach {target} "
+                        f"in {timeout:.0f}s"
+                    )
+                time.sleep(0.05)
+
+    def version(self) -> str:
+        with self.reader() as conn, conn.cursor() as cur:
+            cur.execute("SELECT VERSION()")
+            row = cur.fetchone()
+        return str(row[0]) if row else "?"
+
+
+def _connect(port: int, account: tuple[str, str], **kwargs: Any) -> pymysql.connections.Connection[Any]:
+    settings: dict[str, Any] = {
+        "host": HOST,
+        "port": port,
+        "user": account[0],
+        "password": account[1],
+        "autocommit": True,
+        "charset": "utf8mb4",
+        "connect_timeout": 10,
+        "ssl_disabled": True,
+        **kwargs,
+    }
+    return pymysql.connect(**settings)
+
+
+# ----------------------------------------------------------------------------- the machine
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, RAM, OS, Python, and the versions of what gtidsnap runs on."""
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram_gb = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    os_name = platform.platform()
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = f"{line.split('=', 1)[1].strip(chr(34))} (Linux {platform.release()})"
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gb": ram_gb,
+        "os": os_name,
+        "python": platform.python_version(),
+        "packages": {n: _version(n) for n in ("pymysql", "mysql-replication", "pyspark", "delta-spark")},
+        "java": _java_version(),
+    }
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _java_version() -> str:
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    lines = (done.stderr or done.stdout).splitlines()
+    return lines[0].strip() if lines else "?"
+
+
+def git_commit() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "subject": git("log", "-1", "--format=%s"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }

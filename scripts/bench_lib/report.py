@@ -1,0 +1,386 @@
+"""The results: a JSON file, a markdown table ready for the README, a PNG plot, and the README's table
+between ``<!-- bench:start -->`` and ``<!-- bench:end -->``.
+
+Files, in ``--out`` (default ``scripts/results``): ``bench-<label>.json``, ``bench-<label>.md``,
+``bench-<label>.png``, and the same three as ``bench-latest.*``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+PARTS = "abcdef"
+NAMES = {"mariadb": "MariaDB", "mysql": "MySQL"}
+ARROW, MINUS, TIMES, DASH = "\u2192", "\u2212", "\u00d7", "\u2013"
+
+
+def write(result: dict[str, Any], out: Path, compare: dict[str, Any] | None = None) -> list[Path]:
+    """The JSON, markdown and PNG of ``result``, under its label and as ``bench-latest``."""
+    out.mkdir(parents=True, exist_ok=True)
+    label = result["label"]
+    written = [out / f"bench-{label}.json", out / f"bench-{label}.md", out / f"bench-{label}.png"]
+    written[0].write_text(json.dumps(result, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    written[1].write_text(markdown(result, compare, heading=True), encoding="utf-8")
+    plot(result, written[2])
+    if label != "latest":
+        for path in written:
+            shutil.copyfile(path, out / path.name.replace(f"bench-{label}.", "bench-latest."))
+    return written
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+# ----------------------------------------------------------------------------- markdown
+
+
+def human(n: int) -> str:
+    """1000000 -> 1M, 300000 -> 300k."""
+    if n >= 1_000_000 and n % 100_000 == 0:
+        return f"{n / 1_000_000:g}M"
+    if n >= 1_000 and n % 100 == 0:
+        return f"{n / 1_000:g}k"
+    return f"{n:,}"
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    return f"{value:,.{digits}f}"
+
+
+def _share(value: Any) -> str:
+    """A ratio with two significant digits below 0.1 (0.0046), two decimals above (0.33)."""
+    if isinstance(value, int | float) and not math.isnan(value) and 0 < abs(value) < 0.1:
+        return f"{value:.2g}"
+    return _num(value, 2)
+
+
+def _rate(part: dict[str, Any], key: str) -> str:
+    run = part.get(key) or {}
+    mark = "*" if run.get("timed_out") else ""
+    return f"{_num(run.get('rows_per_s'))}{mark} ({_share(part.get(f'ratio_{key}'))})"
+
+
+Row = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def _rows(result: dict[str, Any]) -> list[Row]:
+    """(label, cell of one flavour's results) for every line of the table; the label starts with its part."""
+    s = result["settings"]
+    rows, big = human(s["rows"]), human(s["big_rows"])
+
+    def get(part: str, fn: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], str]:
+        return lambda r: fn(r[part]) if isinstance(r.get(part), dict) and "error" not in r[part] else DASH
+
+    def pair(a: str, b: str, digits: int) -> Callable[[dict[str, Any]], str]:
+        return lambda p: f"{_num(_at(p, a), digits)} / {_num(_at(p, b), digits)}"
+
+    heartbeat = f"{s.get('heartbeat_s', 1.0):g}"
+    latency_rate = _num(s.get("latency_rows_per_s", 5000))
+    return [
+        (
+            f"a. limit: bare keyset scan of {rows} rows, rows/s",
+            get("a", lambda p: _num(p["bare_rows_per_s"])),
+        ),
+        (f"a. snapshot {ARROW} JSON lines, rows/s (ratio to limit)", get("a", lambda p: _rate(p, "jsonl"))),
+        (f"a. snapshot {ARROW} Delta, rows/s (ratio to limit)", get("a", lambda p: _rate(p, "delta"))),
+        (
+            f"b. limit: bare binlog decode of {rows} row changes, rows/s",
+            get("b", lambda p: _num(p["bare_rows_per_s"])),
+        ),
+        (f"b. streaming {ARROW} JSON lines, rows/s (ratio to limit)", get("b", lambda p: _rate(p, "jsonl"))),
+        (f"b. streaming {ARROW} Delta, rows/s (ratio to limit)", get("b", lambda p: _rate(p, "delta"))),
+        (
+            f"c. binlog pause per chunk {MINUS} its SELECT, p50 / p99 ms",
+            get("c", pair("p50_ms", "p99_ms", 1)),
+        ),
+        (
+            "c. binlog pause per chunk (SELECT included), p50 / p99 ms",
+            get("c", pair("pause.p50_ms", "pause.p99_ms", 1)),
+        ),
+        (
+            f"d. window close on an idle source (heartbeat {heartbeat} s), p50 / max ms",
+            get("d", pair("p50_ms", "max_ms", 1)),
+        ),
+        (
+            f"e. peak RSS, {rows} / {big} rows table, MB (ratio)",
+            get("e", lambda p: f"{pair('rss_mb', 'big_rss_mb', 0)(p)} ({_share(p['ratio'])})"),
+        ),
+        (
+            f"f. commit-to-visible in Delta at {latency_rate} rows/s, p50 / p99 s",
+            get("f", lambda p: pair("p50_s", "p99_s", 2)(p) + ("*" if p.get("lower_bound") else "")),
+        ),
+        (
+            "f. rows/s gtidsnap sustained into Delta meanwhile",
+            get("f", lambda p: _num(p.get("sustained_rows_per_s"))),
+        ),
+    ]
+
+
+def _at(d: dict[str, Any], dotted: str) -> Any:
+    for key in dotted.split("."):
+        d = d.get(key) if isinstance(d, dict) else None  # type: ignore[assignment]
+    return d
+
+
+def describe(result: dict[str, Any]) -> str:
+    m, s, g = result["machine"], result["settings"], result["git"]
+    servers = ", ".join(f"{NAMES.get(f, f)} {v}" for f, v in result.get("servers", {}).items())
+    return (
+        f"{result['date'][:10]}, label `{result['label']}`, gtidsnap `{g['commit'][:10]}`"
+        f"{' (uncommitted changes)' if g.get('dirty') else ''}: {m['cpu']}, {m['cores']} cores, "
+        f"{m['ram_gb']:g} GB RAM, {m['os']}, Python {m['python']}; {servers}; "
+        f"chunk size {s['chunk_size']:,}, concurrent writer {_num(s.get('writer_rows_per_s'))} rows/s "
+        f"during snapshots (a, c, e); `{s['command']}`"
+    )
+
+
+def markdown(result: dict[str, Any], compare: dict[str, Any] | None = None, heading: bool = False) -> str:
+    flavors = [f for f in result["settings"]["flavors"] if f in result["results"]]
+    columns: list[tuple[str, dict[str, Any]]] = []
+    for f in flavors:
+        if compare is not None and f in compare.get("results", {}):
+            columns.append((f"{NAMES.get(f, f)} `{compare['label']}`", compare["results"][f]))
+            columns.append((f"{NAMES.get(f, f)} `{result['label']}`", result["results"][f]))
+        else:
+            columns.append((NAMES.get(f, f), result["results"][f]))
+    ran = set(result["settings"]["parts"])
+    lines = []
+    if heading:
+        lines += [f"# gtidsnap benchmark `{result['label']}`", ""]
+    lines += [describe(result) + ".", ""]
+    if compare is not None:
+        lines += [f"Compared with `{compare['label']}`: {describe(compare)}.", ""]
+    lines += ["| measurement | " + " | ".join(c for c, _ in columns) + " |"]
+    lines += ["|---|" + "---|" * len(columns)]
+    for label, cell in _rows(result):
+        if label[0] in ran:
+            lines.append(f"| {label} | " + " | ".join(cell(r) for _, r in columns) + " |")
+    if any(_flagged(r) for _, r in columns):
+        lines += [
+            "",
+            f"\\* stopped unfinished at the run's `--timeout` ({_num(result['settings'].get('timeout_s'))} s "
+            "here): rows/s as far as it got (committed); latencies counting the rows not yet visible then "
+            "with the time they had waited (lower bounds).",
+        ]
+    errors = [
+        f"- {NAMES.get(f, f)} {p}: {r[p]['error']}"
+        for f, r in result["results"].items()
+        for p in PARTS
+        if isinstance(r.get(p), dict) and "error" in r[p]
+    ]
+    if errors:
+        lines += ["", "Failed:", *errors]
+    return "\n".join(lines) + "\n"
+
+
+def _flagged(results: dict[str, Any]) -> bool:
+    for part in results.values():
+        if isinstance(part, dict) and (
+            part.get("lower_bound") or any(isinstance(v, dict) and v.get("timed_out") for v in part.values())
+        ):
+            return True
+    return False
+
+
+def update_readme(readme: Path, result: dict[str, Any], compare: dict[str, Any] | None = None) -> None:
+    text = readme.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        raise SystemExit(f"{readme} has no {START} ... {END} section to fill in")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{markdown(result, compare)}{END}{tail}", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- plot
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = result["results"]
+    flavors = [f for f in result["settings"]["flavors"] if f in results]
+    fig, axes = plt.subplots(3, 2, figsize=(14, 14))
+    fig.suptitle(f"gtidsnap benchmark `{result['label']}`\n{_wrap(describe(result), 150)}", fontsize=9)
+    _throughput(axes[0][0], results, flavors, "a", "a. snapshot: rows/s (bare keyset scan = limit)")
+    _throughput(axes[0][1], results, flavors, "b", "b. binlog streaming: rows/s (bare decode = limit)")
+    _pauses(axes[1][0], results, flavors)
+    _idle(axes[1][1], results, flavors)
+    _memory(axes[2][0], results, flavors, result["settings"])
+    _latency(axes[2][1], results, flavors, result["settings"])
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _wrap(text: str, width: int) -> str:
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if len(line) + len(w) + 1 > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    return "\n".join([*lines, line])
+
+
+def _ok(results: dict[str, Any], flavor: str, part: str) -> dict[str, Any] | None:
+    r = results[flavor].get(part)
+    return r if isinstance(r, dict) and "error" not in r else None
+
+
+def _empty(ax: Any, title: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def _throughput(ax: Any, results: dict[str, Any], flavors: list[str], part: str, title: str) -> None:
+    data = {f: d for f in flavors if (d := _ok(results, f, part)) is not None}
+    if not data:
+        _empty(ax, title)
+        return
+    bares = "bare_scans" if part == "a" else "bare_decodes"
+    paths = [("limit (bare)", "grey"), ("JSON lines", "tab:blue"), ("Delta", "tab:orange")]
+    width = 0.25
+    for i, f in enumerate(data):
+        d = data[f]
+        limits = [b["rows_per_s"] for b in d[bares]]
+        values = [d["bare_rows_per_s"], d["jsonl"]["rows_per_s"], d["delta"]["rows_per_s"]]
+        for j, ((name, color), value) in enumerate(zip(paths, values, strict=True)):
+            x = i + (j - 1) * width
+            ax.bar(x, value, width, color=color, label=name if i == 0 else None)
+            if j == 0:
+                ax.errorbar(
+                    x, value, yerr=[[value - min(limits)], [max(limits) - value]], color="black", capsize=3
+                )
+            else:
+                sink = "jsonl" if j == 1 else "delta"
+                mark = "*" if d[sink].get("timed_out") else ""  # stopped at --timeout, unfinished
+                ax.annotate(
+                    f"{_share(d[f'ratio_{sink}'])}{TIMES}{mark}",
+                    (x, value),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
+    ax.set_xticks(range(len(data)), [NAMES.get(f, f) for f in data])
+    ax.set_ylabel("rows/s")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def _pauses(ax: Any, results: dict[str, Any], flavors: list[str]) -> None:
+    title = "c. binlog pause per chunk: distribution (ms)"
+    plotted = False
+    styles = {"pause": "-", "query": ":", "pause_minus_query": "--"}
+    labels = {
+        "pause": "pause",
+        "query": "SELECT (SQL round trip)",
+        "pause_minus_query": f"pause {MINUS} SELECT",
+    }
+    for f, color in zip(flavors, ("tab:blue", "tab:orange"), strict=False):
+        d = _ok(results, f, "c")
+        if d is None:
+            continue
+        for key, style in styles.items():
+            q = d["quantiles_ms"].get(key)
+            if q:
+                ax.plot(
+                    q,
+                    [i / (len(q) - 1) * 100 for i in range(len(q))],
+                    style,
+                    color=color,
+                    label=f"{NAMES.get(f, f)}: {labels[key]}",
+                )
+                plotted = True
+    if not plotted:
+        _empty(ax, title)
+        return
+    ax.set_xscale("log")
+    ax.set_xlabel("ms per chunk (log)")
+    ax.set_ylabel("percentile")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+
+
+def _idle(ax: Any, results: dict[str, Any], flavors: list[str]) -> None:
+    title = f"d. idle source: SELECT returned {ARROW} window closed, per chunk (ms)"
+    plotted = False
+    for f, color in zip(flavors, ("tab:blue", "tab:orange"), strict=False):
+        d = _ok(results, f, "d")
+        if d is None:
+            continue
+        ax.plot(
+            range(1, len(d["close_ms"]) + 1),
+            d["close_ms"],
+            "o-",
+            color=color,
+            markersize=3,
+            label=f"{NAMES.get(f, f)} (heartbeat {d['heartbeat_s']:g} s)",
+        )
+        plotted = True
+    if not plotted:
+        _empty(ax, title)
+        return
+    ax.set_xlabel("chunk")
+    ax.set_ylabel("ms")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def _memory(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict[str, Any]) -> None:
+    title = "e. peak RSS of `gtidsnap run` into JSON lines (MB)"
+    data = {f: d for f in flavors if (d := _ok(results, f, "e")) is not None}
+    if not data:
+        _empty(ax, title)
+        return
+    width = 0.35
+    for i, d in enumerate(data.values()):
+        for j, (key, color) in enumerate((("rss_mb", "tab:blue"), ("big_rss_mb", "tab:green"))):
+            rows = human(settings["rows"] if j == 0 else settings["big_rows"])
+            label = f"{rows} rows" if i == 0 else None
+            ax.bar(i + (j - 0.5) * width, d[key], width, color=color, label=label)
+        top = (i + 0.5 * width, d["big_rss_mb"])
+        ax.annotate(f"{_share(d['ratio'])}{TIMES}", top, ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(data)), [NAMES.get(f, f) for f in data])
+    ax.set_ylabel("MB")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def _latency(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict[str, Any]) -> None:
+    rate = _num(settings.get("latency_rows_per_s", 5000))
+    title = f"f. commit-to-visible in the Delta mirror at {rate} rows/s"
+    plotted = False
+    for f, color in zip(flavors, ("tab:blue", "tab:orange"), strict=False):
+        d = _ok(results, f, "f")
+        if d is None:
+            continue
+        q = d["quantiles_s"]
+        ax.plot(
+            q,
+            [i / (len(q) - 1) * 100 for i in range(len(q))],
+            color=color,
+            label=f"{NAMES.get(f, f)}: p50 {d['p50_s']:.2f} s, p99 {d['p99_s']:.2f} s",
+        )
+        plotted = True
+    if not plotted:
+        _empty(ax, title)
+        return
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("percentile")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
