@@ -135,6 +135,7 @@ class Writer:
     def __post_init__(self) -> None:
         self.rnd = random.Random(self.seed)
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stopping = threading.Event()
         self.next_key = 10**6
 
     def start(self) -> Writer:
@@ -144,6 +145,10 @@ class Writer:
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """End after the transaction under way (``transactions`` is then an upper bound); join() next."""
+        self._stopping.set()
 
     def join(self, timeout: float = 120) -> None:
         self._thread.join(timeout)
@@ -164,6 +169,8 @@ class Writer:
                         keys[t] = [r[0] for r in cur.fetchall()]
                     conn.commit()
                     for v in range(1, self.transactions + 1):
+                        if self._stopping.is_set():
+                            break
                         self._transaction(cur, keys, v)
                         conn.commit()
                         time.sleep(self.pause_s * self.rnd.random())
