@@ -20,7 +20,6 @@ import re
 import signal
 import subprocess
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,21 +44,6 @@ pytestmark = pytest.mark.integration
 TABLES = ("a", "b")  # sorted: a batch writes a (mirror, changelog), then b
 RUN_TIMEOUT_S = 240.0
 COMMIT_FILE = re.compile(r"\d{20}\.json")
-
-
-@pytest.fixture
-def maria_db(mariadb_pair: ReplicaPair) -> Iterator[str]:
-    """A fresh database on the MariaDB pair (every CLI start costs a JVM: one flavour fits the budget)."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with mariadb_pair.primary() as primary:
-        with primary.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{name}`")
-        mariadb_pair.wait_replicated(primary)
-    try:
-        yield name
-    finally:
-        with mariadb_pair.primary() as primary, primary.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
 
 
 # ----------------------------------------------------------------------------- the CLI

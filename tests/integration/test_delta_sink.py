@@ -13,8 +13,7 @@ import random
 import struct
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -476,21 +475,6 @@ class TypesWriter:
                     time.sleep(0.02)
         except BaseException as exc:  # reported by join()
             self.error = exc
-
-
-@pytest.fixture
-def maria_db(mariadb_pair: ReplicaPair) -> Iterator[str]:
-    """A fresh database on the MariaDB pair only (Spark time is the budget here, not flavours)."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with mariadb_pair.primary() as primary:
-        with primary.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{name}`")
-        mariadb_pair.wait_replicated(primary)
-    try:
-        yield name
-    finally:
-        with mariadb_pair.primary() as primary, primary.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def source_raw(pair: ReplicaPair, db: str, table: str) -> dict[int, dict[str, Any]]:
