@@ -593,13 +593,18 @@ class Engine:
         With a :class:`SealingSink` both happen in the background (:mod:`gtidsnap.committer`): the
         batch and the engine's state are taken together here, so the checkpoint saved after the batch
         is committed describes exactly what the batch holds, while the engine reads on."""
-        state = (self._flavor(), self.processed, self.seq, self.context, copy.deepcopy(self.signals))
         if self._committer is not None and isinstance(self.sink, SealingSink):
             self._committer.wait()
+            state = (
+                self.processed,
+                self.seq,
+                self.context,
+                copy.deepcopy(self.signals),
+            )  # the engine goes on
             job = self.sink.seal()
             self._committer.submit(lambda: self._checkpoint(job(), *state))
         else:
-            self._checkpoint(self.sink.commit(), *state)
+            self._checkpoint(self.sink.commit(), self.processed, self.seq, self.context, self.signals)
         self._uncommitted = 0
         self._last_commit_at = time.monotonic()
         self._report()
@@ -607,14 +612,13 @@ class Engine:
     def _checkpoint(
         self,
         position: Any,
-        flavor: str,
         processed: GtidSet,
         seq: int,
         context: SnapshotContext,
         signals: dict[str, Any],
     ) -> None:
         crash_point("between-commit-and-checkpoint")
-        self.store.save(Checkpoint(flavor, processed, seq, position, context, signals))
+        self.store.save(Checkpoint(self._flavor(), processed, seq, position, context, signals))
 
     def _flavor(self) -> str:
         return str(getattr(self.replica.flavor, "value", self.replica.flavor))

@@ -275,3 +275,19 @@ def cli_env(pair: ReplicaPair) -> dict[str, str]:
 
 def gtidsnap_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "gtidsnap", *args]
+
+
+def changelog_record(table: str, row: Any, image: dict[str, Any]) -> dict[str, Any]:
+    """A Delta changelog row (``_op``, ``_seq``, ...) as the record :func:`check_invariants` reads;
+    ``image`` is its data columns, the before image of a delete."""
+    deleted = row["_op"] == "d"
+    return {
+        "table": table,
+        "key": [row["id"]],
+        "op": row["_op"],
+        "seq": row["_seq"],
+        "gtid": row["_gtid"],
+        "snapshot": row["_snapshot"],
+        "after": None if deleted else image,
+        "before": image if deleted else None,
+    }

@@ -33,7 +33,15 @@ import pytest
 from gtidsnap.model import TableId
 from gtidsnap.sinks.delta import changelog_path, mirror_path
 from gtidsnap.spark_session import default_delta_jars_dir
-from tests.integration.cdc import Writer, check_invariants, cli_env, create_table, gtidsnap_cmd, source_rows
+from tests.integration.cdc import (
+    Writer,
+    changelog_record,
+    check_invariants,
+    cli_env,
+    create_table,
+    gtidsnap_cmd,
+    source_rows,
+)
 from tests.integration.fixtures.db_servers import ReplicaPair
 
 if TYPE_CHECKING:
@@ -231,18 +239,7 @@ def check_output(spark: SparkSession, pair: ReplicaPair, db: str, root: str) -> 
         last: dict[int, tuple[int, str]] = {}
         for r in changelog:
             image = {"id": r["id"], "v": r["v"], "payload": r["payload"]}
-            records.append(
-                {
-                    "table": str(table),
-                    "key": [r["id"]],
-                    "op": r["_op"],
-                    "seq": r["_seq"],
-                    "gtid": r["_gtid"],
-                    "snapshot": r["_snapshot"],
-                    "after": None if r["_op"] == "d" else image,
-                    "before": image if r["_op"] == "d" else None,
-                }
-            )
+            records.append(changelog_record(str(table), r, image))
             last[r["id"]] = max(last.get(r["id"], (0, "")), (r["_seq"], r["_op"]))
         stale = [
             (r["id"], r["_seq"], last.get(r["id"]))

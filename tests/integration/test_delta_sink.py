@@ -29,7 +29,15 @@ from gtidsnap.replica import Replica
 from gtidsnap.runner import build_engine
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks.delta import DeltaSink, changelog_path, list_tables, mirror_path
-from tests.integration.cdc import Writer, check_invariants, create_table, execute, make_config, source_rows
+from tests.integration.cdc import (
+    Writer,
+    changelog_record,
+    check_invariants,
+    create_table,
+    execute,
+    make_config,
+    source_rows,
+)
 from tests.integration.fixtures.db_servers import ReplicaPair
 
 if TYPE_CHECKING:
@@ -553,18 +561,7 @@ def test_end_to_end_every_type_concurrent_writers_and_add_column(
         data = [c for c in frame.columns if not c.startswith("_")]
         for r in frame.collect():
             image = {c: r[c] for c in data}
-            records.append(
-                {
-                    "table": str(table),
-                    "key": [r["id"]],
-                    "op": r["_op"],
-                    "seq": r["_seq"],
-                    "gtid": r["_gtid"],
-                    "snapshot": r["_snapshot"],
-                    "after": None if r["_op"] == "d" else image,
-                    "before": image if r["_op"] == "d" else None,
-                }
-            )
+            records.append(changelog_record(str(table), r, image))
     records.sort(key=lambda r: r["seq"])
     assert any(r["snapshot"] for r in records) and any(not r["snapshot"] for r in records)
     check_invariants(records, {f"{db}.a": expected_a})
