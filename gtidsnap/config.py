@@ -68,7 +68,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "sink": {
         "type": "jsonl",
         "path": "gtidsnap-out/changes.jsonl",
-        "batch_rows": 50_000,
+        "batch_rows": 200_000,
         "batch_ms": 1000,
         "spark_master": "local[2]",
         "changelog": True,
@@ -89,7 +89,7 @@ class SnapshotSettings:
 class SinkSettings:
     type: str = "jsonl"
     path: str = "gtidsnap-out/changes.jsonl"
-    batch_rows: int = 50_000
+    batch_rows: int = 200_000
     batch_ms: int = 1000
     spark_master: str = "local[2]"  # any Spark master URL
     changelog: bool = True  # delta: also append every record to a changelog table per source table

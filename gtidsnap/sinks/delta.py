@@ -88,6 +88,9 @@ CHANGELOG_SUFFIX = ".changelog"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# A MERGE reads its source twice; Delta copies a source that is not a Delta table first, in case it
+# changes in between. Ours is an in-memory Arrow table that cannot change: the copy is pure cost.
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 POSITION_KEY = "delta_batch"
 KEY_PROPERTY = "gtidsnap.key"  # table property: the JSON list of the key columns the table is merged by
 SOURCE_PROPERTY = "gtidsnap.source"  # table property: the source table, db.table
@@ -657,15 +660,17 @@ class DeltaSink:
 
     @contextmanager
     def _txn(self, batch: int) -> Iterator[None]:
-        """Session settings that make the next Delta write idempotent and tagged with its batch."""
+        """Session settings of a batch's MERGE: idempotent, tagged with its batch, its source (an Arrow
+        table in memory) read as is."""
         conf = self.spark.conf
         conf.set(TXN_APP_ID, self.app_id)
         conf.set(TXN_VERSION, str(batch))
         conf.set(USER_METADATA, json.dumps({"gtidsnap_batch": batch, "app_id": self.app_id}))
+        conf.set(MATERIALIZE_SOURCE, "none")
         try:
             yield
         finally:
-            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
+            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA, MATERIALIZE_SOURCE):
                 conf.unset(key)
 
     def _delta_key(self, path: str) -> list[str] | None:
