@@ -664,13 +664,14 @@ def _table_id(qualified: str, default_schema: str) -> TableId | None:
 def _values(row: Mapping[str, Any], image: str) -> Mapping[str, Any]:
     """One row image; the library reads an empty SET as None and says so only in ``none_sources``,
     and decodes the fraction of a negative TIME(n) without its complement (see :func:`fix_negative_time`)."""
-    values: dict[str, Any] = dict(row[f"{image}values"])
-    sources = row.get(f"{image}none_sources", {})
-    for name, why in sources.items():
-        if why == NONE_SOURCE.EMPTY_SET:
-            values[name] = set()
+    values: dict[str, Any] = row[f"{image}values"]  # the library builds it for this row: fixed in place, once
+    sources = row.get(f"{image}none_sources")
+    if sources:
+        for name, why in sources.items():
+            if why == NONE_SOURCE.EMPTY_SET:
+                values[name] = set()
     for name, value in values.items():
-        if isinstance(value, dt.timedelta):
+        if type(value) is dt.timedelta:
             values[name] = fix_negative_time(value)
     return values
 
