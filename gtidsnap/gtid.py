@@ -152,6 +152,17 @@ class GtidSet(ABC):
     def __le__(self, other: Self) -> bool:
         return not (self - other)
 
+    def _with_source(self, source: Any, intervals: Intervals) -> Self:
+        """A copy with one existing source's intervals (normalised) replaced, nothing re-sorted: the fast
+        path of :meth:`add`, which runs once per streamed transaction (profiled at ~8% of a stream of
+        one-row transactions through the general union)."""
+        sets = dict(self._sets)
+        sets[source] = intervals
+        copy = object.__new__(type(self))
+        copy._sets = sets
+        copy._hash = hash(tuple(sets.items()))
+        return copy
+
     def max_per_source(self) -> Mapping[object, int]:
         """Highest transaction number per source: what a heartbeat is compared against."""
         return {source: intervals[-1][1] for source, intervals in self._sets.items()}
@@ -294,6 +305,13 @@ class MysqlGtidSet(GtidSet):
     def add(self, gtid: Gtid) -> MysqlGtidSet:
         if not isinstance(gtid, MysqlGtid):
             raise TypeError(f"cannot add {gtid!r} to a MySQL GTID set")
+        intervals = self._sets.get(gtid.source)
+        if intervals:
+            start, end = intervals[-1]
+            if start <= gtid.gno <= end:
+                return self
+            if gtid.gno == end + 1:  # the usual case: the next transaction of a source
+                return self._with_source(gtid.source, (*intervals[:-1], (start, gtid.gno)))
         return self | MysqlGtidSet({gtid.source: [(gtid.gno, gtid.gno)]})
 
     def intervals(self) -> Mapping[MysqlSource, Intervals]:
@@ -428,6 +446,14 @@ class MariadbGtidSet(GtidSet):
         """Advance like a server position: the domain now holds every seq up to ``gtid.seq``."""
         if not isinstance(gtid, MariadbGtid):
             raise TypeError(f"cannot add {gtid!r} to a MariaDB GTID set")
+        intervals = self._sets.get(gtid.domain)
+        if intervals is not None and len(intervals) == 1 and intervals[0][0] == 1:  # a position
+            top = intervals[0][1]
+            copy = self._with_source(gtid.domain, ((1, max(top, gtid.seq)),))
+            copy._servers = dict(self._servers)
+            if gtid.seq >= top:
+                copy._servers[gtid.domain] = gtid.server
+            return copy
         return self | MariadbGtidSet({gtid.domain: [(1, gtid.seq)]}, {gtid.domain: gtid.server})
 
     def intervals(self) -> Mapping[int, Intervals]:

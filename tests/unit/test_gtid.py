@@ -111,6 +111,8 @@ def test_mysql_contains_add_and_max_match_model(a: Model, source: tuple[str, str
     assert (g in s) == ((source, n) in a)
     assert (str(g) in s) == ((source, n) in a)
     assert members(s.add(g)) == a | {(source, n)}
+    general = s | MysqlGtidSet({g.source: [(n, n)]})
+    assert s.add(g) == general and hash(s.add(g)) == hash(general) and str(s.add(g)) == str(general)
     expected_max: dict[object, int] = {}
     for src, num in a:
         expected_max[src] = max(expected_max.get(src, 0), num)
@@ -212,6 +214,8 @@ def test_mariadb_contains_and_add_as_position(a: MModel, domain: int, seq: int) 
     assert (g in s) == ((domain, seq) in a)
     advanced = s.add(g)
     assert mmembers(advanced) == a | {(domain, n) for n in range(1, seq + 1)}
+    general = s | MariadbGtidSet({domain: [(1, seq)]}, {domain: 99})
+    assert advanced == general and hash(advanced) == hash(general) and str(advanced) == str(general)
     top = max((n for d, n in a if d == domain), default=0)
     if seq >= top:
         assert advanced.as_position().count(f"{domain}-99-{seq}") == 1
@@ -264,3 +268,16 @@ def test_normalize_keeps_gaps() -> None:
     assert normalize_intervals([(7, 9), (1, 5)]) == ((1, 5), (7, 9))
     assert normalize_intervals([(1, 5), (6, 9)]) == ((1, 9),)
     assert normalize_intervals([(1, 5), (2, 3)]) == ((1, 5),)
+
+
+def test_add_in_stream_order_equals_the_parsed_range() -> None:
+    """The fast path of ``add`` (the next transaction of a source) builds the same set as parsing."""
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    mysql, maria = MysqlGtidSet.parse(f"{uuid}:1-3"), MariadbGtidSet.parse("0-1-3")
+    for n in range(4, 60):
+        mysql = mysql.add(MysqlGtid(uuid, "", n))
+        maria = maria.add(MariadbGtid(0, 1 + n % 2, n))
+    parsed = MysqlGtidSet.parse(f"{uuid}:1-59")
+    assert mysql == parsed and hash(mysql) == hash(parsed)
+    assert str(maria) == "0-2-59" and maria == MariadbGtidSet.parse("0-2-59")
+    assert mysql.add(MysqlGtid(uuid, "", 10)) is mysql  # already in: the same set
