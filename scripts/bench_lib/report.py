@@ -246,6 +246,20 @@ def _empty(ax: Any, title: str) -> None:
     ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, color="grey")
 
 
+def _finish(ax: Any, title: str, xlabel: str | None, ylabel: str, legend_size: int = 8) -> None:
+    """Axis labels, title and legend: the same on every panel."""
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=legend_size)
+
+
+def _percentiles(ax: Any, quantiles: list[float], *style: str, **kwargs: Any) -> None:
+    """A distribution given as evenly spaced quantiles, percentile on the y axis."""
+    ax.plot(quantiles, [i / (len(quantiles) - 1) * 100 for i in range(len(quantiles))], *style, **kwargs)
+
+
 def _throughput(ax: Any, results: dict[str, Any], flavors: list[str], part: str, title: str) -> None:
     data = {f: d for f in flavors if (d := _ok(results, f, part)) is not None}
     if not data:
@@ -276,9 +290,7 @@ def _throughput(ax: Any, results: dict[str, Any], flavors: list[str], part: str,
                     fontsize=8,
                 )
     ax.set_xticks(range(len(data)), [NAMES.get(f, f) for f in data])
-    ax.set_ylabel("rows/s")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    _finish(ax, title, None, "rows/s")
 
 
 def _pauses(ax: Any, results: dict[str, Any], flavors: list[str]) -> None:
@@ -297,22 +309,13 @@ def _pauses(ax: Any, results: dict[str, Any], flavors: list[str]) -> None:
         for key, style in styles.items():
             q = d["quantiles_ms"].get(key)
             if q:
-                ax.plot(
-                    q,
-                    [i / (len(q) - 1) * 100 for i in range(len(q))],
-                    style,
-                    color=color,
-                    label=f"{NAMES.get(f, f)}: {labels[key]}",
-                )
+                _percentiles(ax, q, style, color=color, label=f"{NAMES.get(f, f)}: {labels[key]}")
                 plotted = True
     if not plotted:
         _empty(ax, title)
         return
     ax.set_xscale("log")
-    ax.set_xlabel("ms per chunk (log)")
-    ax.set_ylabel("percentile")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    _finish(ax, title, "ms per chunk (log)", "percentile", legend_size=7)
 
 
 def _idle(ax: Any, results: dict[str, Any], flavors: list[str]) -> None:
@@ -334,11 +337,8 @@ def _idle(ax: Any, results: dict[str, Any], flavors: list[str]) -> None:
     if not plotted:
         _empty(ax, title)
         return
-    ax.set_xlabel("chunk")
-    ax.set_ylabel("ms")
     ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    _finish(ax, title, "chunk", "ms")
 
 
 def _memory(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict[str, Any]) -> None:
@@ -356,9 +356,7 @@ def _memory(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict
         top = (i + 0.5 * width, d["big_rss_mb"])
         ax.annotate(f"{_share(d['ratio'])}{TIMES}", top, ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(data)), [NAMES.get(f, f) for f in data])
-    ax.set_ylabel("MB")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    _finish(ax, title, None, "MB")
 
 
 def _latency(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict[str, Any]) -> None:
@@ -369,18 +367,10 @@ def _latency(ax: Any, results: dict[str, Any], flavors: list[str], settings: dic
         d = _ok(results, f, "f")
         if d is None:
             continue
-        q = d["quantiles_s"]
-        ax.plot(
-            q,
-            [i / (len(q) - 1) * 100 for i in range(len(q))],
-            color=color,
-            label=f"{NAMES.get(f, f)}: p50 {d['p50_s']:.2f} s, p99 {d['p99_s']:.2f} s",
-        )
+        label = f"{NAMES.get(f, f)}: p50 {d['p50_s']:.2f} s, p99 {d['p99_s']:.2f} s"
+        _percentiles(ax, d["quantiles_s"], color=color, label=label)
         plotted = True
     if not plotted:
         _empty(ax, title)
         return
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("percentile")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    _finish(ax, title, "seconds", "percentile")
