@@ -20,8 +20,12 @@ or may not be visible in the chunk. It resumes the stream and hands this window 
   there, before anything that comes after ``hw``. Closing on the completing commit puts the rows at
   the same place in the output as closing on the next event would, without waiting for one.
 * An empty ``hw`` closes the window as soon as the stream has processed ``lw``.
-* A DDL on the chunk's table while the window is open (not in ``lw``) discards the chunk: the engine
-  applies the new schema and selects the same chunk again with fresh watermarks.
+* A DDL on the chunk's table that the stream delivers before the window closes discards the chunk,
+  whether it is in ``hw`` (it ran while the chunk was selected) or in the part of ``lw`` the stream has
+  not processed yet (the replica applied it before the SELECT, but the engine may have selected with
+  the columns it knew from before it: a row read with a stale column list would come out after the
+  DDL without the new column). The engine reads the table's shape again and selects the same chunk
+  with fresh watermarks once the stream is past the DDL, so the same DDL cannot discard it twice.
 
 Why this never rewinds a row: a surviving chunk row was not changed by any transaction between
 ``lw`` and the point it is emitted, and every transaction emitted after it is past ``hw``, so it
@@ -105,6 +109,8 @@ class ChunkWindow:
             return (event,)
         if isinstance(event, Heartbeat):
             return self._on_heartbeat(event)
+        if isinstance(event, SchemaChange) and self.table in event.tables:
+            return self._discard(event)
         gtid = event.gtid
         if gtid in self.lw:
             if isinstance(event, TxCommit):
@@ -118,17 +124,18 @@ class ChunkWindow:
         if isinstance(event, RowChange) and event.table == self.table:
             for key in event.touched_keys():
                 self._rows.pop(key, None)
-        elif isinstance(event, SchemaChange) and self.table in event.tables:
-            self.state = WindowState.DISCARDED
-            self._rows.clear()
-            reason = f"schema of {self.table} changed inside the window ({event.gtid}): {event.statement}"
-            return (event, ChunkDiscarded(self.table, reason))
         elif isinstance(event, TxCommit):
             self._note_seen(gtid)
             self._processed = self._processed.add(gtid)
             if self._target <= self._processed:
                 return (event, *self._close())
         return (event,)
+
+    def _discard(self, event: SchemaChange) -> tuple[WindowOutput, ...]:
+        self.state = WindowState.DISCARDED
+        self._rows.clear()
+        reason = f"schema of {self.table} changed before the window closed ({event.gtid}): {event.statement}"
+        return (event, ChunkDiscarded(self.table, reason))
 
     def _on_heartbeat(self, event: Heartbeat) -> tuple[WindowOutput, ...]:
         if event.last_gtid is not None and event.last_gtid not in self.lw:

@@ -3,7 +3,9 @@ SELECTs that may see any state between the low and the high watermark.
 
 Everything the window emits is replayed; the checks are the DBLog guarantees:
 the replayed table equals the simulated one, no key ever goes back to an older version, and every
-binlog change is emitted exactly once.
+binlog change is emitted exactly once. Schema changes are modelled too: a chunk is selected with the
+columns the engine knows (read at some point between the last DDL the stream delivered and the low
+watermark), and every chunk must come out with the columns of the output's current schema.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ class WindowWorld(RuleBasedStateMachine):
         self.window: ChunkWindow | None = None
         self.window_last_key: int | None = None
         self.windows_closed = 0
+        self.world_ddls = 0  # DDLs on CAPTURED committed at the source
+        self.delivered_ddls = 0  # ... that the stream delivered (the engine then reads the shape anew)
+        self.emitted_ddls = 0  # ... that the output holds: its rows must have their columns
+        self.chunk_schema = 0  # the schema version the open window's chunk was selected with
 
     # ------------------------------------------------------------------ writers
     @rule(data=st.data())
@@ -93,6 +99,7 @@ class WindowWorld(RuleBasedStateMachine):
             target = data.draw(st.sampled_from([CAPTURED, OTHER]), label="ddl table")
             ddl = f"ALTER TABLE {target} ADD COLUMN c{tx} INT"
             events.append(SchemaChange(gtid, frozenset({target}), ddl))
+            self.world_ddls += target == CAPTURED
         elif kind == "other":
             events.append(RowChange(gtid, OTHER, "c", (tx,), None, {"x": tx}))
         else:
@@ -145,6 +152,8 @@ class WindowWorld(RuleBasedStateMachine):
         if isinstance(ev, TxCommit):
             self.processed = self.processed.add(ev.gtid)
             self.last_gtid = ev.gtid
+        if isinstance(ev, SchemaChange) and CAPTURED in ev.tables:
+            self.delivered_ddls += 1
         self._apply(outs)
 
     def _apply(self, outs: tuple[WindowOutput, ...]) -> None:
@@ -161,7 +170,13 @@ class WindowWorld(RuleBasedStateMachine):
                 else:
                     assert out.after is not None
                     self.replay[out.key[0]] = dict(out.after)
+            elif isinstance(out, SchemaChange) and CAPTURED in out.tables:
+                self.emitted_ddls += 1
             elif isinstance(out, ChunkEmitted):
+                assert self.chunk_schema == self.emitted_ddls, (
+                    f"a chunk selected with schema version {self.chunk_schema} came out after "
+                    f"{self.emitted_ddls} DDLs of its table: its rows lack columns"
+                )
                 for key, row in out.rows:
                     self._check_order(key[0], row["v"])
                     self.replay[key[0]] = dict(row)
@@ -193,6 +208,13 @@ class WindowWorld(RuleBasedStateMachine):
 
     def _chunk(self, data: st.DataObject | None, before_select: int, after_select: int) -> None:
         lw = self.executed
+        # The engine's cached shape: read anew after the last DDL the stream delivered, at any time up to
+        # the low watermark (the stalest possible cache when no choice is drawn).
+        self.chunk_schema = (
+            data.draw(st.integers(self.delivered_ddls, self.world_ddls), label="cached schema")
+            if data
+            else self.delivered_ddls
+        )
         for _ in range(before_select if data else 0):
             assert data is not None
             self._commit(data)
