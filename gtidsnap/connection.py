@@ -54,7 +54,10 @@ class ConnectionSettings:
     password: Secret
     tls: TlsMode = TlsMode.DISABLED
     ca: Path | None = None
-    connect_timeout: float = 10.0
+    connect_timeout: float = 10.0  # seconds, fractions included
+    # Seconds any one statement gtidsnap runs may take on the replica (a server-side limit): a snapshot
+    # whose chunk SELECT takes longer fails, streaming goes on. Applied by the replica adapter.
+    statement_timeout: float = 30.0
 
     def describe(self) -> str:
         """For messages: never includes the password."""
@@ -80,7 +83,7 @@ class ConnectionSettings:
             "port": self.port,
             "user": self.user,
             "password": self.password.reveal(),
-            "connect_timeout": int(self.connect_timeout),
+            "connect_timeout": self.connect_timeout,  # a float: int(0.5) would be 0, which PyMySQL refuses
         }
         if pymysql_version is None:
             import pymysql  # only for its version: this module stays importable without a driver

@@ -2,11 +2,13 @@
 
     GtidsnapError                 base: catch this to catch everything of ours
     ├── ConfigError               bad config file, environment variable or flag
+    ├── CheckpointError           the checkpoint is unreadable, or does not belong to this replica
     ├── GtidParseError            a GTID or GTID set text that no server prints (quotes the text)
     ├── PrerequisiteError         the replica is not set up for read-only capture (lists every problem)
     ├── SourceError               the replica or its binlog failed; ``retryable`` says if a retry may help
     ├── SchemaError               a table missing, without a primary key, or changed in a way we refuse
     ├── SignalError               a signal message we cannot act on (logged and skipped, never fatal)
+    ├── FilterError               a snapshot filter refused before it reaches the server (names why)
     └── SinkError                 the output could not be written
 
 Whether an error is worth retrying is a property of its type (``retryable``), not of the call site.
@@ -24,6 +26,10 @@ class GtidsnapError(Exception):
 
 class ConfigError(GtidsnapError):
     """A config file, environment variable or flag is missing or wrong."""
+
+
+class CheckpointError(GtidsnapError):
+    """The checkpoint file cannot be read, or describes a stream this replica cannot continue."""
 
 
 class GtidParseError(GtidsnapError, ValueError):
@@ -55,6 +61,10 @@ class SchemaError(GtidsnapError):
 
 class SignalError(GtidsnapError):
     """A signal message that cannot be acted on."""
+
+
+class FilterError(GtidsnapError):
+    """A snapshot filter (``additional-conditions``) that gtidsnap will not send to the server."""
 
 
 class SinkError(GtidsnapError):
