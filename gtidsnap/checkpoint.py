@@ -4,6 +4,12 @@ Order of a commit: the sink makes its records durable and reports its position; 
 replaced atomically (write, fsync, rename, fsync the folder). A crash before the rename leaves the
 previous checkpoint, whose sink position is older: the sink drops the extra output on restart and
 the stream replays it from the checkpoint's GTID set. Nothing is lost, nothing is doubled.
+
+A checkpoint is only continued on a replica that can continue it (:func:`resume_problem`): the same
+flavour, every transaction it processed executed there, and none of those it still needs purged.
+Anything else (another server, a rebuilt replica, a hand-edited file) would resume silently at a
+wrong place, so it stops with what happened and what to do. A file that is not a checkpoint (a folder,
+not JSON, a JSON array, a field of the wrong type) is a :class:`CheckpointError` naming the problem.
 """
 
 from __future__ import annotations
@@ -14,11 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gtidsnap.errors import ConfigError
+from gtidsnap.errors import CheckpointError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.plan import SnapshotContext
 
 FORMAT_VERSION = 1
+FLAVORS = ("mysql", "mariadb")
+START_OVER = (
+    "to start over, move the checkpoint and the output away (or point checkpoint.path and sink.path "
+    "elsewhere) and snapshot the tables again"
+)
 
 
 @dataclass(frozen=True)
@@ -44,17 +55,78 @@ class Checkpoint:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Checkpoint:
+    def from_json(cls, data: Any) -> Checkpoint:
+        """The checkpoint in ``data``; ValueError names the first field that is not as written."""
+        if not isinstance(data, dict):
+            raise ValueError(f"it holds {type(data).__name__ if data is not None else 'null'}, not an object")
         if data.get("format") != FORMAT_VERSION:
-            raise ConfigError(f"checkpoint format {data.get('format')!r} is not {FORMAT_VERSION}")
+            raise ValueError(f"format {data.get('format')!r} is not {FORMAT_VERSION}")
+        flavor = _field(data, "flavor", str)
+        if flavor not in FLAVORS:
+            raise ValueError(f"flavor {flavor!r} is not one of {', '.join(FLAVORS)}")
+        next_seq = _field(data, "next_seq", int)
+        if next_seq < 1:
+            raise ValueError(f"next_seq {next_seq} is not positive")
+        try:
+            context = SnapshotContext.from_json(_field(data, "context", dict))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"context is not a snapshot context ({type(exc).__name__}: {exc})") from None
         return cls(
-            flavor=data["flavor"],
-            processed=parse_gtid_set(data["flavor"], data["processed"]),
-            next_seq=int(data["next_seq"]),
-            sink_position=data["sink_position"],
-            context=SnapshotContext.from_json(data["context"]),
-            signals=dict(data.get("signals", {})),
+            flavor=flavor,
+            processed=parse_gtid_set(flavor, _field(data, "processed", str)),
+            next_seq=next_seq,
+            sink_position=data.get("sink_position"),
+            context=context,
+            signals=dict(_field(data, "signals", dict, {})),
         )
+
+
+def _field(data: dict[str, Any], name: str, kind: type, default: Any = ...) -> Any:
+    """``data[name]``, which must be a ``kind`` (bool is no int here)."""
+    if name not in data:
+        if default is not ...:
+            return default
+        raise ValueError(f"field {name!r} is missing")
+    value = data[name]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"field {name!r} is {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+def resume_problem(
+    checkpoint: Checkpoint, flavor: str, executed: GtidSet, purged: GtidSet, where: str
+) -> str | None:
+    """Why the replica at ``where`` cannot continue ``checkpoint`` (None: it can).
+
+    ``executed`` is the replica's executed set now; ``purged`` the transactions its binlog no longer
+    holds (MySQL ``gtid_purged``; on MariaDB the position where its oldest binlog starts). Pure."""
+    if checkpoint.flavor != flavor:
+        return (
+            f"the checkpoint was written for a {checkpoint.flavor} source but {where} is {flavor}: "
+            f"it belongs to another server; {START_OVER}"
+        )
+    processed = checkpoint.processed
+    if not processed <= executed:
+        unknown = processed - executed
+        return (
+            f"the checkpoint has processed transactions that {where} has not executed ({_short(unknown)}): "
+            "it was written against another server, or the replica was rebuilt or reset since; "
+            f"continuing would skip or repeat changes; {START_OVER}"
+        )
+    needed = executed - processed
+    lost = needed - (needed - purged)
+    if lost:
+        return (
+            f"{where} has purged binlogs that hold transactions the checkpoint has not streamed yet "
+            f"({_short(lost)}): those changes can no longer be read; keep binlogs longer "
+            f"(binlog_expire_logs_seconds / expire_logs_days) and {START_OVER}"
+        )
+    return None
+
+
+def _short(gtids: GtidSet) -> str:
+    text = str(gtids)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class CheckpointStore:
@@ -64,18 +136,36 @@ class CheckpointStore:
         self.path = path
 
     def load(self) -> Checkpoint | None:
+        """The checkpoint, None when there is none yet; CheckpointError says what is wrong with it."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise CheckpointError(
+                f"checkpoint {self.path} is a folder: point checkpoint.path at a file"
+            ) from None
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {self.path} cannot be read: {exc.strerror}") from None
         try:
-            return Checkpoint.from_json(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(
-                f"checkpoint {self.path} is unreadable ({exc}); restore it or move it away"
-            ) from exc
+            return Checkpoint.from_json(json.loads(data.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as exc:
+            reason = " ".join(str(exc).split())[:300]
+            raise CheckpointError(
+                f"checkpoint {self.path} is not a gtidsnap checkpoint ({reason}): restore it from a "
+                f"backup, or {START_OVER}"
+            ) from None
 
     def save(self, checkpoint: Checkpoint) -> None:
+        try:
+            self._write(checkpoint)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot write the checkpoint {self.path}: {exc.strerror or exc}; the output is kept and the "
+                "next start resumes from the last checkpoint written"
+            ) from None
+
+    def _write(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         with tmp.open("w", encoding="utf-8") as f:

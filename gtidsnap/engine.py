@@ -16,16 +16,16 @@ import contextlib
 import copy
 import logging
 import queue
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from gtidsnap.checkpoint import Checkpoint, CheckpointStore
+from gtidsnap.checkpoint import Checkpoint, CheckpointStore, resume_problem
 from gtidsnap.committer import BackgroundCommitter
 from gtidsnap.crashpoints import crash_point
-from gtidsnap.errors import ConfigError, GtidsnapError, SchemaError
+from gtidsnap.errors import CheckpointError, ConfigError, FilterError, GtidsnapError, QueryError, SchemaError
+from gtidsnap.filters import check_filter
 from gtidsnap.gtid import GtidSet
 from gtidsnap.model import (
     BinlogEvent,
@@ -43,6 +43,7 @@ from gtidsnap.model import (
 from gtidsnap.plan import RawKey, SnapshotContext, TableProgress
 from gtidsnap.records import Record
 from gtidsnap.schema import TableSchema
+from gtidsnap.selectors import SelectorError, resolve
 from gtidsnap.sinks import SealingSink, Sink
 from gtidsnap.window import ChunkWindow
 
@@ -66,7 +67,9 @@ class ReplicaPort(Protocol):
 
     flavor: Any
 
+    def describe(self) -> str: ...
     def executed(self) -> GtidSet: ...
+    def purged(self) -> GtidSet: ...
     def tables(self) -> list[TableId]: ...
     def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema: ...
     def max_key(self, schema: TableSchema, condition: str | None = None) -> RawKey | None: ...
@@ -164,7 +167,14 @@ SIGNAL_HISTORY = 100
 # (an idle stream's read returns only at the next heartbeat, which would cost a heartbeat per chunk).
 SHORT_CHUNK_WAIT_S = 0.05
 SCHEMA_RETRIES = 3  # a chunk that fails on a changed schema is tried again with the shape read anew
-SIGNAL_IDS_KEPT = 10_000
+SIGNAL_IDS_KEPT = 1_000  # ids of signals acted on, to ignore a repeat (each at most 128 characters)
+REASON_CHARS = 500  # longest reason kept in the checkpoint (signal outcomes, snapshot errors)
+
+
+def cut(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` on one line, at most ``limit`` characters: reasons are stored in every checkpoint."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 @dataclass
@@ -224,6 +234,7 @@ class Engine:
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
         self._schema_retries = 0
+        self._filters: dict[tuple[TableId, str], str] = {}  # checked filters, as they run
         self._committer: BackgroundCommitter | None = None  # set while run() runs, for a SealingSink
 
     # ------------------------------------------------------------------ start and resume
@@ -239,11 +250,12 @@ class Engine:
             log.info("first run: streaming from the replica's executed set %s", self.processed)
             self._commit()  # so a crash before the first commit resumes from here, not later
         else:
-            if checkpoint.flavor != flavor:
-                raise ConfigError(
-                    f"checkpoint {self.store.path} was written for {checkpoint.flavor} "
-                    f"but the source is {flavor}: point checkpoint.path elsewhere"
-                )
+            replica = self.replica
+            problem = resume_problem(
+                checkpoint, flavor, replica.executed(), replica.purged(), replica.describe()
+            )
+            if problem is not None:
+                raise CheckpointError(f"checkpoint {self.store.path} cannot be continued: {problem}")
             self.processed = checkpoint.processed
             self.seq = checkpoint.next_seq
             self.context = checkpoint.context
@@ -350,10 +362,12 @@ class Engine:
             unknown = set(command.conditions) - {str(t) for t in tables}
             if unknown:
                 raise SchemaError(f"a filter names {', '.join(sorted(unknown))}, which is not in the request")
+            conditions = {  # every filter checked before any table is queued: a request is taken whole
+                t: self._filter(t, command.conditions.get(str(t), command.condition)) for t in tables
+            }
             for table in tables:
                 self.captured.add(table)
-                condition = command.conditions.get(str(table), command.condition)
-                self.context = self.context.enqueue([table], condition)
+                self.context = self.context.enqueue([table], conditions[table])
         elif isinstance(command, StopSnapshot):
             if self._window is not None and (command.tables is None or self._window.table in command.tables):
                 self._window, self._chunk = None, None  # rows already streamed stay; the chunk is dropped
@@ -373,27 +387,23 @@ class Engine:
         log.info("command %s applied", command)
 
     def _resolve(self, selectors: Sequence[str]) -> list[TableId]:
-        """Names as they are, regular expressions against the replica's catalog (full match)."""
+        """Names as they are, regular expressions (RE2) against the replica's catalog (full match)."""
         if not selectors:
             return []
-        catalog: list[TableId] = self.replica.tables()
-        names = {str(t): t for t in catalog}
-        found: list[TableId] = []
-        for selector in selectors:
-            if selector in names:
-                found.append(names[selector])
-                continue
-            try:
-                pattern = re.compile(selector)
-            except re.error as exc:
-                raise SchemaError(
-                    f"{selector!r} is neither a table nor a valid regular expression: {exc}"
-                ) from exc
-            matched = [t for n, t in names.items() if pattern.fullmatch(n)]
-            if not matched:
-                raise SchemaError(f"no table on the replica matches {selector!r}")
-            found.extend(sorted(matched))
-        return found
+        try:
+            return resolve(selectors, self.replica.tables())
+        except SelectorError as exc:
+            raise SchemaError(str(exc)) from None
+
+    def _filter(self, table: TableId, condition: str | None) -> str | None:
+        """The filter as it will run: checked against the table's own columns and re-rendered
+        (:func:`gtidsnap.filters.check_filter`); FilterError names what is refused."""
+        if condition is None:
+            return None
+        if (table, condition) not in self._filters:
+            columns = [c.name for c in self._schema(table).columns]
+            self._filters[(table, condition)] = check_filter(condition, table, columns)
+        return self._filters[(table, condition)]
 
     def _apply_signal(self, signal: SignalReceived) -> None:
         """Act on a signal once; record what became of it with its offset (see :class:`SignalReceived`)."""
@@ -403,7 +413,7 @@ class Engine:
         if signal.offset < offsets.get(str(signal.partition), 0):
             return  # already consumed before a restart
         if signal.error is not None:
-            outcome = f"refused: {signal.error}"
+            outcome = f"refused: {cut(signal.error)}"
         elif signal.id is not None and signal.id in ids:
             outcome = "ignored: duplicate id"
         else:
@@ -412,7 +422,7 @@ class Engine:
                     self._apply(signal.command)
                 outcome = "done"
             except GtidsnapError as exc:
-                outcome = f"refused: {exc}"
+                outcome = f"refused: {cut(str(exc))}"
             if signal.id is not None:
                 ids.append(signal.id)
                 del ids[:-SIGNAL_IDS_KEPT]
@@ -455,12 +465,19 @@ class Engine:
 
     # ------------------------------------------------------------------ chunks
     def _take_chunk(self) -> None:
+        """Take the next chunk of the current table: low watermark, SELECT, high watermark.
+
+        A schema error (the replica applied a DDL the stream has not reached) reads the shape again and
+        retries; a statement the server refuses or stops at the time limit (:class:`QueryError`), or a
+        filter that no longer passes its check, fails this table's snapshot with the reason and leaves
+        everything else running."""
         progress = self.context.current()
         assert progress is not None
         try:
             schema = self._schema(progress.table)
+            condition = self._filter(progress.table, progress.condition)
             if not progress.started:
-                max_key = self.replica.max_key(schema, progress.condition)
+                max_key = self.replica.max_key(schema, condition)
                 progress = replace(progress, started=True, max_key=max_key, done=max_key is None)
                 self.context = self.context.update(progress) if not progress.done else self._finish(progress)
                 if progress.done:
@@ -469,12 +486,14 @@ class Engine:
             assert progress.max_key is not None
             paused_at = time.monotonic()
             lw = self.replica.executed()
-            chunk = self.replica.select_chunk(
-                schema, progress.last_key, progress.max_key, self.settings.chunk_size, progress.condition
-            )
+            try:
+                chunk = self.replica.select_chunk(
+                    schema, progress.last_key, progress.max_key, self.settings.chunk_size, condition
+                )
+            finally:
+                self.stats.chunk_pause_s.append(time.monotonic() - paused_at)
             hw = self.replica.executed() - lw
-            self.stats.chunk_pause_s.append(time.monotonic() - paused_at)
-        except (SchemaError, ConfigError) as exc:  # ConfigError: the condition is not valid SQL
+        except SchemaError as exc:
             self._schemas.pop(progress.table, None)
             if self._schema_retries < SCHEMA_RETRIES and self._table_exists(progress.table):
                 # The replica applied a DDL the stream has not reached yet: read the shape again.
@@ -483,8 +502,10 @@ class Engine:
                     "schema of %s changed under the snapshot (%s); reading it again", progress.table, exc
                 )
                 return
-            log.error("snapshot of %s stopped: %s", progress.table, exc)
-            self.context = self._finish(replace(progress, error=str(exc)))
+            self._fail(progress, exc)
+            return
+        except (QueryError, FilterError) as exc:
+            self._fail(progress, exc)
             return
         self._schema_retries = 0
         self._last_chunk_at = time.monotonic()
@@ -494,6 +515,13 @@ class Engine:
         self._chunk = (progress, chunk.last_raw_key, chunk.count, self.settings.chunk_size)
         self._window = ChunkWindow(progress.table, chunk.rows, lw, hw, self.processed)
         self._emit(self._window.start())
+
+    def _fail(self, progress: TableProgress, exc: GtidsnapError) -> None:
+        """End one table's snapshot with the reason (shown by ``gtidsnap status``); the rest goes on."""
+        log.error("snapshot of %s stopped: %s", progress.table, exc)
+        self._schema_retries = 0
+        self._last_chunk_at = time.monotonic()
+        self.context = self._finish(replace(progress, error=cut(str(exc))))
 
     def _table_exists(self, table: TableId) -> bool:
         try:

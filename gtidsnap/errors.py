@@ -6,6 +6,7 @@
     ├── GtidParseError            a GTID or GTID set text that no server prints (quotes the text)
     ├── PrerequisiteError         the replica is not set up for read-only capture (lists every problem)
     ├── SourceError               the replica or its binlog failed; ``retryable`` says if a retry may help
+    │   └── QueryError            the replica refused or aborted one statement (server error, time limit)
     ├── SchemaError               a table missing, without a primary key, or changed in a way we refuse
     ├── SignalError               a signal message we cannot act on (logged and skipped, never fatal)
     ├── FilterError               a snapshot filter refused before it reaches the server (names why)
@@ -53,6 +54,14 @@ class SourceError(GtidsnapError):
     """The replica or its binlog stream failed."""
 
     retryable = True
+
+
+class QueryError(SourceError):
+    """The replica answered one statement with an error: a filter it refuses, a value out of range, a
+    statement over ``source.statement_timeout_s``. The table's snapshot fails with the server's message;
+    streaming goes on. Not retryable: the same statement fails the same way."""
+
+    retryable = False
 
 
 class SchemaError(GtidsnapError):

@@ -66,6 +66,7 @@ class TableFacts:
     exists: bool
     columns: tuple[Column, ...] = ()
     primary_key: tuple[str, ...] = ()
+    kind: str = "BASE TABLE"  # information_schema TABLE_TYPE: BASE TABLE, VIEW, SYSTEM VERSIONED, ...
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,15 @@ def _table_problems(
                 "missing on the replica",
                 "every configured table to exist",
                 "check the name (schema.table) or remove it from the configured tables",
+            )
+        ]
+    if facts.kind == "VIEW":
+        return [
+            Problem(
+                setting,
+                "a view",
+                "base tables (a view has no rows of its own in the binlog)",
+                f"capture the tables {table} reads instead of the view",
             )
         ]
     by_name = {c.name: c for c in facts.columns}

@@ -6,13 +6,21 @@ transaction and no snapshot, row lock or metadata lock outlives it (a held metad
 the replica's SQL thread on the next DDL). The session time zone is UTC so TIMESTAMP values (and keys)
 are unambiguous across DST changes.
 
+Every statement is bounded by the server: the session's ``max_statement_time`` (MariaDB) or
+``max_execution_time`` (MySQL, SELECTs) is ``source.statement_timeout_s``, so a slow filter or a huge scan
+cannot hold the engine (and with it the binlog) for longer; the client's read timeout sits 30 s above it
+as a backstop.
+
 Reads survive one lost connection (errors 2006/2013/2055): the connection is opened again and the
 statement, a plain SELECT, is repeated. Anything else becomes one of our errors, naming the replica by
-:meth:`ConnectionSettings.describe` (never the password).
+:meth:`ConnectionSettings.describe` (never the password): an error the server gives for one statement
+(it refused it, or stopped it at the time limit) is a :class:`QueryError`, which fails one table's
+snapshot and nothing else.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -24,8 +32,9 @@ import pymysql
 import pymysql.cursors
 
 from gtidsnap.chunking import chunk_query, max_key_query, unsupported_key_columns
+from gtidsnap.config import SYSTEM_SCHEMAS
 from gtidsnap.connection import ConnectionSettings, TlsMode
-from gtidsnap.errors import ConfigError, PrerequisiteError, SchemaError, SourceError
+from gtidsnap.errors import ConfigError, PrerequisiteError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.model import Key, TableId
 from gtidsnap.preflight import RELEVANT_VARIABLES, Problem, ReplicaFacts, TableFacts, find_problems
@@ -33,13 +42,14 @@ from gtidsnap.schema import Column, TableSchema
 
 Flavor = Literal["mysql", "mariadb"]
 
-SYSTEM_SCHEMAS = ("mysql", "sys", "information_schema", "performance_schema")
 _LOST_CONNECTION = {2006, 2013, 2055}  # server gone away, lost during query, lost at reading
 _ACCESS_DENIED = 1045
 _NO_SUCH_TABLE = 1146
 _BAD_FIELD = 1054
 _TABLE_ACCESS_DENIED = {1142, 1143}
-_PARSE_ERROR = 1064
+_STATEMENT_TIMEOUT = {3024, 1969}  # MySQL ER_QUERY_TIMEOUT, MariaDB ER_STATEMENT_TIMEOUT
+_CLIENT_ERRORS = range(2000, 3000)  # PyMySQL's own codes (CR_*): the connection, not the statement
+READ_TIMEOUT_MARGIN_S = 30.0  # the client gives up this long after the server's statement limit
 _SSL_CONNECTION_ERROR = 2026
 _SPECIFIC_ACCESS_DENIED = 1227
 _PASSWORD_IN_GRANT = re.compile(r"\s+IDENTIFIED\s.*?(?=\s+WITH\s|$)", re.IGNORECASE)
@@ -93,13 +103,17 @@ def strip_password(grant: str) -> str:
 class Replica:
     """A read-only session on the replica; use as a context manager or call :meth:`close`."""
 
-    def __init__(self, settings: ConnectionSettings, read_timeout: float | None = 600.0) -> None:
+    flavor: Flavor
+    version: tuple[int, int, int]
+
+    def __init__(self, settings: ConnectionSettings, read_timeout: float | None = None) -> None:
+        """``read_timeout`` (seconds) defaults to the statement time limit plus a margin."""
         self.settings = settings
-        self._read_timeout = read_timeout
+        self._read_timeout = (
+            read_timeout if read_timeout is not None else settings.statement_timeout + READ_TIMEOUT_MARGIN_S
+        )
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._conn = self._connect()
-        row = self._fetch_one("SELECT VERSION()", [])
-        self.flavor, self.version = parse_version(str(row[0] if row else ""))
 
     # ------------------------------------------------------------------ connection
 
@@ -110,7 +124,7 @@ class Replica:
                 **self.settings.pymysql_kwargs(),
                 autocommit=True,
                 charset="utf8mb4",
-                read_timeout=int(self._read_timeout) if self._read_timeout else None,
+                read_timeout=self._read_timeout or None,
                 init_command="SET time_zone = '+00:00'",
             )
         except pymysql.err.OperationalError as exc:
@@ -133,7 +147,21 @@ class Replica:
             raise SourceError(f"cannot connect to the replica {where}: {text}") from exc
         if self.settings.tls is TlsMode.REQUIRED:
             self._check_tls(conn)
+        self._limit_statements(conn)
         return conn
+
+    def _limit_statements(self, conn: pymysql.connections.Connection[Any]) -> None:
+        """Learn the flavour (first connection only) and set the server-side statement time limit."""
+        with conn.cursor() as cur:
+            if not hasattr(self, "flavor"):
+                cur.execute("SELECT VERSION()")
+                row = cur.fetchone()
+                self.flavor, self.version = parse_version(str(row[0] if row else ""))
+            seconds = self.settings.statement_timeout
+            if self.flavor == "mariadb":
+                cur.execute("SET SESSION max_statement_time = %s", [seconds])
+            else:  # milliseconds, SELECTs only (SHOW statements are quick); 0 would mean no limit
+                cur.execute("SET SESSION max_execution_time = %s", [max(1, math.ceil(seconds * 1000))])
 
     def _check_tls(self, conn: pymysql.connections.Connection[Any]) -> None:
         """PyMySQL < 1.2 falls back to plain TCP when the server offers no TLS: refuse that here."""
@@ -197,10 +225,13 @@ class Replica:
             return SchemaError(f"{what} failed on the replica {where}: {text}")
         if code in _TABLE_ACCESS_DENIED:
             return PrerequisiteError([f"{what} was denied on the replica {where}: {text}"])
-        if code == _PARSE_ERROR:
-            return ConfigError(
-                f"{what} is not valid SQL on the replica {where} (check the condition): {text}"
+        if code in _STATEMENT_TIMEOUT:
+            return QueryError(
+                f"{what} took longer than source.statement_timeout_s "
+                f"({self.settings.statement_timeout:g} s) on the replica {where}: {text}"
             )
+        if code and code not in _CLIENT_ERRORS:  # the server answered this statement with an error
+            return QueryError(f"{what} failed on the replica {where}: error {code}: {text}")
         return SourceError(f"{what} failed on the replica {where}: {text}")
 
     def _fetch_one(self, sql: str, params: Sequence[Any], what: str = "a query") -> tuple[Any, ...] | None:
@@ -212,6 +243,10 @@ class Replica:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     # ------------------------------------------------------------------ reads
+
+    def describe(self) -> str:
+        """The replica for messages: flavour and account, never the password."""
+        return f"the {self.flavor} replica {self.settings.describe()}"
 
     def connection_id(self) -> int:
         """The server's id of this session (as SHOW PROCESSLIST shows it), for diagnostics."""
@@ -231,13 +266,27 @@ class Replica:
             )
         return parse_gtid_set("mysql", str(rows[0].get("Executed_Gtid_Set") or ""))
 
+    def purged(self) -> GtidSet:
+        """Transactions the replica's binlog no longer holds: MySQL's ``gtid_purged``; on MariaDB the
+        GTID position where its oldest binlog file starts (everything up to it is gone)."""
+        if self.flavor == "mysql":
+            row = self._fetch_one("SELECT @@global.gtid_purged", [], "reading gtid_purged")
+            return parse_gtid_set("mysql", str(row[0] if row and row[0] is not None else ""))
+        _, logs = self._query("SHOW BINARY LOGS", [], "listing the binary logs")
+        if not logs:
+            return parse_gtid_set("mariadb", "")
+        row = self._fetch_one(
+            "SELECT BINLOG_GTID_POS(%s, 4)", [_text(logs[0][0])], "reading where the oldest binlog starts"
+        )
+        return parse_gtid_set("mariadb", _text(row[0]) if row and row[0] is not None else "")
+
     def tables(self) -> list[TableId]:
         """Every base table outside the system schemas, sorted (for resolving table patterns)."""
         rows = self._dicts(
             "SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t FROM information_schema.TABLES "
             "WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') "
             f"AND TABLE_SCHEMA NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})",
-            SYSTEM_SCHEMAS,
+            sorted(SYSTEM_SCHEMAS),
             "listing tables",
         )
         return sorted(TableId(str(r["s"]), str(r["t"])) for r in rows)
@@ -266,6 +315,19 @@ class Replica:
             )
         return out
 
+    def _kinds(self, tables: Sequence[TableId]) -> dict[TableId, str]:
+        """TABLE_TYPE per existing table: BASE TABLE, VIEW, SYSTEM VERSIONED, SEQUENCE, ..."""
+        if not tables:
+            return {}
+        match = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(tables))
+        rows = self._dicts(
+            f"SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, TABLE_TYPE AS k FROM information_schema.TABLES "
+            f"WHERE {match}",
+            [v for t in tables for v in (t.schema, t.name)],
+            "reading table types",
+        )
+        return {TableId(_text(r["s"]), _text(r["t"])): _text(r["k"]) for r in rows}
+
     def _primary_keys(self, tables: Sequence[TableId]) -> dict[TableId, tuple[str, ...]]:
         if not tables:
             return {}
@@ -285,9 +347,18 @@ class Replica:
     def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema:
         """Columns in ordinal order and the key to chunk by: the primary key, or ``surrogate_key``."""
         where = self.settings.describe()
+        if table.schema.lower() in SYSTEM_SCHEMAS:
+            raise SchemaError(
+                f"{table} is in the system schema {table.schema}, which gtidsnap does not capture"
+            )
         columns = self._columns([table]).get(table)
         if not columns:
             raise SchemaError(f"table {table} does not exist on the replica '{where}'")
+        if self._kinds([table]).get(table) == "VIEW":
+            raise SchemaError(
+                f"{table} is a view on the replica '{where}': gtidsnap captures base tables (a view has no "
+                "rows of its own in the binlog); capture the tables it reads"
+            )
         names = {c.name for c in columns}
         if surrogate_key:
             missing = [c for c in surrogate_key if c not in names]
@@ -353,6 +424,7 @@ class Replica:
         user_row = self._fetch_one("SELECT CURRENT_USER()", [], "reading the current user")
         columns = self._columns(tables)
         keys = self._primary_keys(tables)
+        kinds = self._kinds(tables)
         return ReplicaFacts(
             flavor=self.flavor,
             version=self.version,
@@ -360,7 +432,26 @@ class Replica:
             grants=grants,
             user=_text(user_row[0]) if user_row else self.settings.user,
             is_replica=self._is_replica(),
-            tables={t: TableFacts(t in columns, tuple(columns.get(t, ())), keys.get(t, ())) for t in tables},
+            tables={
+                t: TableFacts(
+                    t in columns, tuple(columns.get(t, ())), keys.get(t, ()), kinds.get(t, "BASE TABLE")
+                )
+                for t in tables
+            },
+        )
+
+    @staticmethod
+    def _table_facts(
+        table: TableId,
+        columns: Mapping[TableId, list[Column]],
+        keys: Mapping[TableId, tuple[str, ...]],
+        kinds: Mapping[TableId, str],
+    ) -> TableFacts:
+        return TableFacts(
+            table in columns,
+            tuple(columns.get(table, ())),
+            keys.get(table, ()),
+            kinds.get(table, "BASE TABLE"),
         )
 
     def _is_replica(self) -> bool | None:

@@ -32,14 +32,12 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import re
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gtidsnap.chunking import check_condition
 from gtidsnap.config import SignalSettings
 from gtidsnap.engine import (
     Command,
@@ -49,8 +47,10 @@ from gtidsnap.engine import (
     StartSnapshot,
     StopSnapshot,
 )
-from gtidsnap.errors import ConfigError, SignalError
+from gtidsnap.errors import ConfigError, FilterError, SignalError
+from gtidsnap.filters import check_filter
 from gtidsnap.model import TableId
+from gtidsnap.selectors import SelectorError, check_selector, literal_table, selects
 
 log = logging.getLogger("gtidsnap.signals")
 
@@ -66,7 +66,9 @@ EXECUTE_FIELDS = (
 )
 STOP_FIELDS = ("data-collections", "type")
 UNKNOWN_KIND = "?"  # the type shown in the history when the message has none we can read
-_REGEX_CHARS = frozenset("^$*+?{}[]|()")
+MAX_MESSAGE_BYTES = 64 * 1024  # a signal is a request, not a payload: bigger ones are refused unread
+MAX_ID_CHARS = 128  # ids are kept in the checkpoint (to ignore repeats): they must stay small
+ANY_TABLE = TableId("each", "table")  # what a filter for every table of the request is checked against
 
 
 # ----------------------------------------------------------------------------- the pure part
@@ -87,6 +89,8 @@ def parse_signal(
         raw_id = message.get("id")
         if raw_id is not None and (not isinstance(raw_id, str) or not raw_id.strip()):
             raise SignalError(f'"id" must be a non-empty string, got {_show(raw_id)}')
+        if raw_id is not None and len(raw_id) > MAX_ID_CHARS:
+            raise SignalError(f'"id" has {len(raw_id)} characters; at most {MAX_ID_CHARS} are taken')
         signal_id = raw_id
         raw_kind = message.get("type")
         if isinstance(raw_kind, str):
@@ -111,6 +115,8 @@ def _show(value: Any) -> str:
 def _json_object(value: bytes | None) -> dict[str, Any]:
     if not value:
         raise SignalError("the message is empty; expected a JSON object")
+    if len(value) > MAX_MESSAGE_BYTES:
+        raise SignalError(f"the message has {len(value):,} bytes; signals are at most {MAX_MESSAGE_BYTES:,}")
     try:
         message = json.loads(value.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -175,12 +181,9 @@ def _execute(data: Mapping[str, Any]) -> StartSnapshot:
     selectors = _collections(data.get("data-collections"), required=True)
     for selector in selectors:
         try:
-            re.compile(selector)
-        except re.error as exc:
-            raise SignalError(
-                f"data.data-collections entry {_show(selector)} is not a valid regular expression: {exc}; "
-                "escape special characters of a table name with a backslash"
-            ) from exc
+            check_selector(selector)
+        except SelectorError as exc:
+            raise SignalError(f"data.data-collections entry {exc}") from None
     surrogate = data.get("surrogate-key")
     if surrogate not in (None, ""):
         # The engine chunks by the primary key or the configured surrogate key; a key that changes per
@@ -191,12 +194,16 @@ def _execute(data: Mapping[str, Any]) -> StartSnapshot:
         )
     condition = None
     if data.get("additional-condition") not in (None, ""):  # Debezium's older form: one filter for all
-        condition = _filter(data["additional-condition"], "data.additional-condition")
-    return StartSnapshot(
-        selectors=tuple(selectors),
-        condition=condition,
-        conditions=_conditions(data.get("additional-conditions")),
-    )
+        condition = _filter(data["additional-condition"], ANY_TABLE, "data.additional-condition")
+    conditions = _conditions(data.get("additional-conditions"))
+    for name in conditions:
+        table = TableId.parse(name)
+        if not any(selects(s, table) for s in selectors):
+            raise SignalError(
+                f"data.additional-conditions has a filter for {name}, which is not in the request (no "
+                "entry of data.data-collections names or matches it); add the table or drop its filter"
+            )
+    return StartSnapshot(selectors=tuple(selectors), condition=condition, conditions=conditions)
 
 
 def _conditions(value: Any) -> dict[str, str]:
@@ -222,18 +229,20 @@ def _conditions(value: Any) -> dict[str, str]:
             raise SignalError(f"{where}: {exc}") from exc
         if name in conditions:
             raise SignalError(f"{where}: a second filter for {name}; combine them with AND")
-        conditions[name] = _filter(text, f"{where} (filter for {name})")
+        conditions[name] = _filter(text, TableId.parse(name), f"{where} (filter for {name})")
     return conditions
 
 
-def _filter(text: Any, where: str) -> str:
-    """The condition, checked the way the chunk SELECT checks it, so it cannot break out of it."""
+def _filter(text: Any, table: TableId, where: str) -> str:
+    """The filter as the user wrote it, once it passes :func:`gtidsnap.filters.check_filter`'s rules that
+    need no catalog (the engine checks it again against the table's columns before any SELECT)."""
     if not isinstance(text, str):
         raise SignalError(f"{where} must be a string, got {_show(text)}")
     try:
-        return check_condition(text)
-    except ConfigError as exc:
-        raise SignalError(f"{where}: {exc}") from exc
+        check_filter(text, table)
+    except FilterError as exc:
+        raise SignalError(f"{where}: {exc}") from None
+    return text.strip()
 
 
 def _stop(value: Any) -> StopSnapshot:
@@ -250,31 +259,6 @@ def _stop(value: Any) -> StopSnapshot:
             )
         tables.append(table)
     return StopSnapshot(tuple(tables))
-
-
-def literal_table(selector: str) -> TableId | None:
-    """The one table a Debezium-style selector names (``db.t`` or ``db\\.t``), None for a real pattern.
-
-    An unescaped ``.`` is read as a dot, as users mean it; any other regular-expression operator
-    makes it a pattern."""
-    chars: list[str] = []
-    i = 0
-    while i < len(selector):
-        ch = selector[i]
-        if ch == "\\":
-            if i + 1 < len(selector) and not selector[i + 1].isalnum():
-                chars.append(selector[i + 1])
-                i += 2
-                continue
-            return None
-        if ch in _REGEX_CHARS:
-            return None
-        chars.append(ch)
-        i += 1
-    try:
-        return TableId.parse("".join(chars))
-    except ValueError:
-        return None
 
 
 def build_message(

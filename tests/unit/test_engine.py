@@ -84,6 +84,12 @@ class FakeReplica:
     def __init__(self, world: World) -> None:
         self.world = world
 
+    def describe(self) -> str:
+        return "the fake replica"
+
+    def purged(self) -> GtidSet:
+        return MysqlGtidSet()
+
     def executed(self) -> GtidSet:
         self.world.maybe_write()
         if self.world.stream_start is None:

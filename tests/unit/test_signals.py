@@ -324,7 +324,9 @@ def test_build_message_round_trips_through_the_parser() -> None:
     [
         (("start", []), "at least one table"),
         (("start", ["db.("]), "not a valid regular expression"),
-        (("start", ["db.t"], {"db.t": "1=1) OR (1=1"}), "closes a parenthesis"),
+        (("start", ["db.t"], {"db.t": "1=1) OR (1=1"}), "not one valid MySQL condition"),
+        (("start", ["db.t"], {"db.u": "v > 1"}), "which is not in the request"),
+        (("start", ["db\\.a.*"], {"db.b": "v > 1"}), "which is not in the request"),
         (("stop", ["db.t"], {"db.t": "v > 1"}), "filters only go with"),
         (("stop", ["db\\.t.*"]), "not patterns"),
         (("pause", ["db.t"]), "takes no table names"),
