@@ -1,6 +1,10 @@
 """``gtidsnap``: the command line. A thin layer of typer + rich over the library, which never prints.
 
 Exit codes: 0 done, 1 the replica or the input is not usable (the message says why), 2 usage error.
+
+Text from users (table names, paths, signal ids, server messages) is printed as plain text, never as
+rich markup: a table called ``db.[/x]`` prints as itself. An unexpected exception prints one line
+naming it; ``--verbose`` (anywhere on the command line) shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -12,13 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from gtidsnap.cli_output import err, error_line, out, say
 from gtidsnap.cli_signals import snapshot_app
-from gtidsnap.config import Config, load_config
+from gtidsnap.config import Config, load_config, parse_table_name
 from gtidsnap.engine import RunStats
 from gtidsnap.errors import GtidsnapError
 from gtidsnap.model import TableId
@@ -29,14 +35,13 @@ app = typer.Typer(
     help="Read-only GTID watermark snapshots of MySQL/MariaDB replicas, merged with the binlog stream.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,  # main() prints one line instead (the traceback with --verbose)
 )
 app.add_typer(
     snapshot_app,
     name="snapshot",
     help="Start, stop, pause or resume snapshots of a running gtidsnap through its Kafka signal topic.",
 )
-err = Console(stderr=True)
-out = Console()
 log = logging.getLogger("gtidsnap")
 
 ConfigOpt = Annotated[
@@ -58,9 +63,9 @@ def _config(config: Path | None, **flags: Any) -> Config:
         raise _fail(exc) from exc
 
 
-def _fail(exc: BaseException, code: int = 1) -> typer.Exit:
+def _fail(exc: BaseException | str, code: int = 1) -> typer.Exit:
     """Print the error and return the exit to raise (raised here too, so callers may ignore it)."""
-    err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    error_line(str(exc))
     raise typer.Exit(code)
 
 
@@ -78,12 +83,11 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _tables(names: list[str]) -> list[TableId]:
+def _tables(names: list[str], option: str) -> list[TableId]:
     try:
-        return [TableId.parse(n) for n in names]
-    except ValueError as exc:
-        _fail(exc, 2)
-        raise
+        return [parse_table_name(n, option) for n in names]
+    except GtidsnapError as exc:
+        raise _fail(exc, 2) from None
 
 
 @app.command()
@@ -100,7 +104,7 @@ def check(
     from gtidsnap.replica import Replica
 
     cfg = _config(config, **{"source.host": host, "source.port": port, "source.user": user})
-    tables = list(dict.fromkeys([*cfg.tables, *_tables(table or [])]))
+    tables = list(dict.fromkeys([*cfg.tables, *_tables(table or [], "--table")]))
     try:
         with Replica(cfg.source) as replica:
             problems = replica.preflight(tables, dict(cfg.surrogate_keys))
@@ -108,13 +112,11 @@ def check(
     except GtidsnapError as exc:
         _fail(exc)
     if problems:
-        err.print(f"[bold red]{len(problems)} problem(s)[/] on {where}:", highlight=False)
+        say(err, (f"{len(problems)} problem(s)", "bold red"), f" on {where}:")
         for p in problems:
-            err.print(f"  - {p}", highlight=False)
+            say(err, f"  - {p}")
         raise typer.Exit(1)
-    out.print(
-        f"[green]ok[/]: {where} is ready for gtidsnap ({len(tables)} table(s) checked)", highlight=False
-    )
+    say(out, ("ok", "green"), f": {where} is ready for gtidsnap ({len(tables)} table(s) checked)")
 
 
 class _Display:
@@ -149,7 +151,7 @@ class _Display:
         state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
         if t.table not in self.tasks:
             self.tasks[t.table] = self.progress.add_task(
-                str(t.table), total=None, rows=0, chunks=0, state=state
+                escape(str(t.table)), total=None, rows=0, chunks=0, state=state
             )
         task = self.tasks[t.table]
         self.progress.update(task, rows=t.rows, chunks=t.chunks, state=state)
@@ -200,7 +202,7 @@ def run(
             "signals.topic": signals_topic,
         },
     )
-    tables = _tables(snapshot or [])
+    tables = _tables(snapshot or [], "--snapshot")
     display = _Display()
     try:
         with Replica(cfg.source) as replica:
@@ -212,15 +214,15 @@ def run(
     except GtidsnapError as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        err.print("interrupted: resume with the same command (the checkpoint is kept)")
+        say(err, "interrupted: resume with the same command (the checkpoint is kept)")
         raise typer.Exit(130) from None
     elapsed = time.monotonic() - stats.started_at
     pauses = sorted(stats.chunk_pause_s)
     p50 = pauses[len(pauses) // 2] * 1000 if pauses else 0.0
-    out.print(
+    say(
+        out,
         f"done: {stats.records:,} records ({stats.snapshot_rows:,} snapshot rows in {stats.chunks:,} chunks) "
         f"in {elapsed:.1f}s; binlog paused per chunk p50 {p50:.1f} ms; output {cfg.sink.path}",
-        highlight=False,
     )
 
 
@@ -235,27 +237,44 @@ def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
     except GtidsnapError as exc:
         _fail(exc)
     if cp is None:
-        out.print(f"no checkpoint at {cfg.checkpoint_path}: gtidsnap has not run with this config yet")
+        say(out, f"no checkpoint at {cfg.checkpoint_path}: gtidsnap has not run with this config yet")
         return
-    out.print(f"source flavour: {cp.flavor}   records emitted: {cp.next_seq - 1:,}", highlight=False)
-    out.print(f"processed: {cp.processed or '(nothing)'}", highlight=False)
+    say(out, f"source flavour: {cp.flavor}   records emitted: {cp.next_seq - 1:,}")
+    say(out, f"processed: {cp.processed or '(nothing)'}")
     table = Table("table", "state", "chunks", "rows", "last key", "note", title="snapshots")
     for t in cp.context.tables:
         state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
         last = ", ".join(map(str, t.last_key)) if t.last_key else ""
-        table.add_row(str(t.table), state, f"{t.chunks:,}", f"{t.rows:,}", last, t.error or t.condition or "")
+        cells = (str(t.table), state, f"{t.chunks:,}", f"{t.rows:,}", last, t.error or t.condition or "")
+        table.add_row(*(Text(c) for c in cells))
     if cp.context.paused:
-        out.print("[yellow]snapshots are paused[/]")
+        say(out, ("snapshots are paused", "yellow"))
     out.print(table)
     history = cp.signals.get("history", [])
     if history:
         signals = Table("id", "type", "offset", "outcome", title="signals")
         for h in history:
-            signals.add_row(
-                str(h.get("id") or "-"), str(h.get("type")), str(h.get("offset")), str(h.get("outcome"))
+            fields = (
+                str(h.get("id") or "-"),
+                str(h.get("type")),
+                str(h.get("offset")),
+                str(h.get("outcome")),
             )
+            signals.add_row(*(Text(c) for c in fields))
         out.print(signals)
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The ``gtidsnap`` command: errors of ours are one line (printed where they happen); anything
+    unexpected is one line too, naming the exception, unless ``--verbose``/``-v`` asks for the traceback."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        app(args=args)
+    except Exception as exc:
+        if "--verbose" in args or "-v" in args:
+            raise
+        error_line(
+            f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:500]} "
+            "(run again with --verbose for the traceback, and please report it)",
+        )
+        raise SystemExit(1) from None

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 
+from gtidsnap.cli_output import err, error_line, say
 from gtidsnap.config import load_config
 from gtidsnap.errors import GtidsnapError, SignalError
 from gtidsnap.signals import build_message, send_signal
@@ -24,7 +24,6 @@ snapshot_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-_err = Console(stderr=True)
 
 ConfigOpt = Annotated[
     Path | None,
@@ -83,15 +82,15 @@ def _send(
         send_signal(cfg.signals, message)
     except GtidsnapError as exc:
         _fail(str(exc), 1)
-    _err.print(
+    say(
+        err,
         f"sent {message['type']} id={message['id']} to {cfg.signals.topic} on {cfg.signals.bootstrap} "
         f"(key {cfg.signals.connector})",
-        highlight=False,
     )
 
 
 def _fail(text: str, code: int) -> NoReturn:
-    _err.print(f"[bold red]error:[/] {text}", highlight=False)
+    error_line(text)
     raise typer.Exit(code)
 
 
