@@ -154,13 +154,42 @@ class DeltaTableRef:
     path: str
 
 
-def list_tables(spark: SparkSession, root: str) -> list[DeltaTableRef]:
-    """Every mirror and changelog under ``root`` (through Hadoop's FileSystem, so any Spark storage)."""
+_COMMITTED_LOG_FILE = re.compile(r"^(\d{20}\.(json|checkpoint.*\.parquet)|_last_checkpoint)$")
+
+
+def _filesystem(spark: SparkSession, path: str) -> tuple[Any, Any, Any]:
+    """Hadoop's FileSystem for ``path``, the Path class, and ``path`` as a Hadoop Path."""
     context: Any = spark.sparkContext
     jvm, conf = context._jvm, context._jsc.hadoopConfiguration()
     hadoop_path = jvm.org.apache.hadoop.fs.Path
-    base = hadoop_path(root)
-    fs = base.getFileSystem(conf)
+    where = hadoop_path(path)
+    return where.getFileSystem(conf), hadoop_path, where
+
+
+def _has_commit(fs: Any, log: Any) -> bool:
+    """Does a ``_delta_log`` folder hold a committed version (a version file, a checkpoint)?"""
+    if not fs.exists(log):
+        return False
+    return any(_COMMITTED_LOG_FILE.match(str(s.getPath().getName())) for s in fs.listStatus(log))
+
+
+def clear_uncommitted_log(spark: SparkSession, path: str) -> bool:
+    """Remove a ``_delta_log`` that holds no committed version, as a kill during a table's creation
+    leaves it (a temporary file, an empty ``_staged_commits``): Delta then refuses to create the table
+    there (DELTA_TABLE_NOT_FOUND) and every restart would fail. Nothing committed is touched, and
+    nothing else can refer to such a log. True when something was removed."""
+    fs, hadoop_path, table = _filesystem(spark, path)
+    log_dir = hadoop_path(table, "_delta_log")
+    if not fs.exists(log_dir) or _has_commit(fs, log_dir):
+        return False
+    fs.delete(log_dir, True)
+    return True
+
+
+def list_tables(spark: SparkSession, root: str) -> list[DeltaTableRef]:
+    """Every mirror and changelog under ``root`` (through Hadoop's FileSystem, so any Spark storage);
+    a folder whose ``_delta_log`` holds no committed version is no table (its creation was cut short)."""
+    fs, hadoop_path, base = _filesystem(spark, root)
     if not fs.exists(base):
         return []
     found: list[DeltaTableRef] = []
@@ -170,7 +199,7 @@ def list_tables(spark: SparkSession, root: str) -> list[DeltaTableRef]:
         db_path = db_status.getPath()
         for status in fs.listStatus(db_path):
             name = str(status.getPath().getName())
-            if not status.isDirectory() or not fs.exists(hadoop_path(status.getPath(), "_delta_log")):
+            if not status.isDirectory() or not _has_commit(fs, hadoop_path(status.getPath(), "_delta_log")):
                 continue
             kind: TableKind = "changelog" if name.endswith(CHANGELOG_SUFFIX) else "mirror"
             table_segment = name[: -len(CHANGELOG_SUFFIX)] if kind == "changelog" else name
@@ -585,6 +614,11 @@ class DeltaSink:
         plan = plan_columns(table, path, existing, pending.schema, pending.seen)
         key = list(pending.schema.key)
         if existing is None:
+            if clear_uncommitted_log(self.spark, path):
+                log.warning(
+                    "%s: removed a _delta_log without any committed version (a creation cut short)", path
+                )
+            crash_point("delta-before-create")
             fields = [T.StructField(c.name, c.data_type, True) for c in plan.columns] + list(meta)
             builder = (
                 DeltaTable.createIfNotExists(self.spark)
@@ -596,6 +630,7 @@ class DeltaSink:
             if cdf:
                 builder = builder.property("delta.enableChangeDataFeed", "true")
             builder.execute()
+            crash_point("delta-after-create")
             self._delta_schemas[path] = T.StructType(fields)
             self._delta_keys[path] = key
             log.info("created %s for %s", path, table)
