@@ -119,8 +119,20 @@ def check(
     say(out, ("ok", "green"), f": {where} is ready for gtidsnap ({len(tables)} table(s) checked)")
 
 
+WAITING_SHOWN_S = 1.0  # a window open longer than this shows as waiting for the stream
+
+
+def stream_wait_note(stats: RunStats, now: float | None = None) -> str:
+    """Why a snapshot is slow when it is: its chunk waits for the stream to reach the high watermark
+    (under heavy writes the snapshot advances at the stream's pace). Empty when it is not waiting."""
+    waiting = stats.window_waiting_s(now)
+    if waiting < WAITING_SHOWN_S:
+        return ""
+    return f"chunk waits {waiting:.0f}s for the stream"
+
+
 class _Display:
-    """Progress per table: rich bars on a terminal, a log line per chunk batch otherwise."""
+    """Progress per table: rich bars on a terminal, a log line every few seconds otherwise."""
 
     def __init__(self) -> None:
         self.progress: Progress | None = None
@@ -138,17 +150,28 @@ class _Display:
             )
 
     def __call__(self, context: SnapshotContext, stats: RunStats) -> None:
+        note = stream_wait_note(stats)
         if self.progress is not None:
+            current = context.current()
             for t in context.tables:
-                self._bar(t)
+                self._bar(t, note if current is not None and t is current else "")
         elif time.monotonic() - self._last_line > 2.0 or not context.pending():
             self._last_line = time.monotonic()
             for t in context.pending()[:1]:
-                log.info("snapshot %s: %d rows in %d chunks", t.table, t.rows, t.chunks)
+                log.info(
+                    "snapshot %s: %d rows in %d chunks%s; windows waited %.0fs for the stream so far",
+                    t.table,
+                    t.rows,
+                    t.chunks,
+                    f" ({note})" if note else "",
+                    stats.window_wait_s + stats.window_waiting_s(),
+                )
 
-    def _bar(self, t: TableProgress) -> None:
+    def _bar(self, t: TableProgress, note: str) -> None:
         assert self.progress is not None
         state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
+        if note:
+            state = f"{state}: {note}"
         if t.table not in self.tasks:
             self.tasks[t.table] = self.progress.add_task(
                 escape(str(t.table)), total=None, rows=0, chunks=0, state=state

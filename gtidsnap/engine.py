@@ -186,6 +186,16 @@ class RunStats:
     chunks: int = 0
     chunk_pause_s: list[float] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
+    # A chunk's window stays open until the stream reaches its high watermark: under heavy writes the
+    # snapshot advances at the stream's pace. How long windows waited, and since when the open one waits:
+    window_wait_s: float = 0.0
+    window_opened_at: float | None = None
+
+    def window_waiting_s(self, now: float | None = None) -> float:
+        """How long the open window has been waiting for the stream (0 when none is open)."""
+        if self.window_opened_at is None:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self.window_opened_at
 
 
 @dataclass(frozen=True)
@@ -370,7 +380,7 @@ class Engine:
                 self.context = self.context.enqueue([table], conditions[table])
         elif isinstance(command, StopSnapshot):
             if self._window is not None and (command.tables is None or self._window.table in command.tables):
-                self._window, self._chunk = None, None  # rows already streamed stay; the chunk is dropped
+                self._drop_window()  # rows already streamed stay; the chunk is dropped
             self.context = self.context.stop(command.tables)
         elif isinstance(command, PauseSnapshots):
             self.context = replace(self.context, paused=True)
@@ -514,6 +524,7 @@ class Engine:
             return
         self._chunk = (progress, chunk.last_raw_key, chunk.count, self.settings.chunk_size)
         self._window = ChunkWindow(progress.table, chunk.rows, lw, hw, self.processed)
+        self.stats.window_opened_at = time.monotonic()
         self._emit(self._window.start())
 
     def _fail(self, progress: TableProgress, exc: GtidsnapError) -> None:
@@ -558,13 +569,19 @@ class Engine:
             elif isinstance(out, ChunkDiscarded):
                 log.info("chunk of %s discarded, selecting it again: %s", out.table, out.reason)
                 self._schemas.pop(out.table, None)
-                self._window, self._chunk = None, None
+                self._drop_window()
         if records:
             self.sink.write(records)
             self._uncommitted += len(records)
             self.stats.records += len(records)
         if self._window is not None and self._window.done:
-            self._window = None
+            self._drop_window()
+
+    def _drop_window(self) -> None:
+        """The window is closed (emitted or discarded) or abandoned: count how long it waited."""
+        self.stats.window_wait_s += self.stats.window_waiting_s()
+        self.stats.window_opened_at = None
+        self._window, self._chunk = None, None
 
     def _display_key(self, table: TableId, row: Row) -> tuple[Any, ...]:
         return tuple(row.get(c) for c in self._schema(table).key)
