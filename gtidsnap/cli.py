@@ -112,7 +112,7 @@ def check(
     except GtidsnapError as exc:
         _fail(exc)
     if problems:
-        say(err, (f"{len(problems)} problem(s)", "bold red"), f" on {where}:")
+        error_line(f"{len(problems)} problem(s) on {where}:")
         for p in problems:
             say(err, f"  - {p}")
         raise typer.Exit(1)

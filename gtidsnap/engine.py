@@ -433,7 +433,7 @@ class Engine:
                 outcome = "done"
             except GtidsnapError as exc:
                 outcome = f"refused: {cut(str(exc))}"
-            if signal.id is not None:
+            if signal.id is not None and outcome == "done":  # a refused id may be sent again, corrected
                 ids.append(signal.id)
                 del ids[:-SIGNAL_IDS_KEPT]
         offsets[str(signal.partition)] = signal.offset + 1

@@ -99,18 +99,16 @@ def selects(selector: str, table: TableId) -> bool:
 
 
 def resolve(selectors: Sequence[str], catalog: Iterable[TableId]) -> list[TableId]:
-    """The tables ``selectors`` name, in order without repeats: names as they are, patterns against
-    ``catalog`` (sorted matches). :class:`SelectorError` names a selector that matches nothing."""
+    """The tables ``selectors`` name, in order without repeats: names as they are (whether or not in the
+    catalog), patterns against ``catalog`` (sorted matches). :class:`SelectorError` names a pattern that
+    matches nothing."""
     names = {str(t): t for t in catalog}
     found: list[TableId] = []
     for selector in selectors:
         check_selector(selector)
-        if selector in names:
-            found.append(names[selector])
-            continue
         literal = literal_table(selector)
-        if literal is not None and str(literal) in names:
-            found.append(names[str(literal)])
+        if literal is not None:  # named: the caller says why it cannot be had (missing, a view, ...)
+            found.append(names.get(str(literal), literal))
             continue
         pattern = compile_pattern(selector)
         matched = sorted(t for n, t in names.items() if pattern.fullmatch(n))

@@ -24,7 +24,13 @@ class JsonlSink:
         self._file: IO[bytes] | None = None
 
     def open(self, committed: Any) -> None:
-        offset = int(committed or 0)
+        if committed is not None and (type(committed) is not int or committed < 0):
+            raise SinkError(
+                f"the checkpoint's sink position {str(committed)[:80]!r} is not a JSON-lines byte length "
+                "(was sink.type changed?): use the checkpoint that belongs to this output, or a new "
+                "checkpoint and sink.path"
+            )
+        offset = committed or 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a"):

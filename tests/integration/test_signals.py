@@ -463,7 +463,7 @@ def test_bad_messages_are_logged_skipped_and_the_next_signal_works(
         (key, start({}), "data-collections must be a non-empty list"),
         (key, start({"data-collections": orders}), "data-collections must be a non-empty list"),
         (key, start({"data-collections": [orders, 7]}), "data-collections[1]"),
-        (key, start({"data-collections": [f"{db}.nosuch"]}), "matches no table on the replica"),
+        (key, start({"data-collections": [f"{db}.nosuch"]}), "does not exist on the replica"),
         (key, start({"data-collections": [f"{db}\\.zzz_.*"]}), "matches no table on the replica"),
         (key, start({"data-collections": [f"{db}.(orders"]}), "not a valid regular expression"),
         (key, start({"data-collections": [f"{db}.nokey"]}), "has no primary key"),

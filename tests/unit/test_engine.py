@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtidsnap.checkpoint import CheckpointStore
-from gtidsnap.engine import Engine, EngineSettings, SetChunkSize
-from gtidsnap.errors import SchemaError
+from gtidsnap.engine import Engine, EngineSettings, SetChunkSize, SignalReceived, StartSnapshot
+from gtidsnap.errors import CheckpointError, QueryError, SchemaError
 from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.model import BinlogEvent, Heartbeat, Key, RowChange, TableId, TxBegin, TxCommit
+from gtidsnap.plan import SnapshotContext
 from gtidsnap.records import Record
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks.jsonl import JsonlSink
@@ -284,3 +285,70 @@ def test_unknown_table_is_refused_with_its_name(tmp_path: Path) -> None:
     )
     with pytest.raises(SchemaError, match=r"shop\.nope"):
         engine.run(snapshot=[TableId("shop", "nope")], until_caught_up=True)
+
+
+class RefusingReplica(FakeReplica):
+    """The server answers the chunk SELECT with an error (a filter it rejects, a statement over the
+    time limit), as :class:`gtidsnap.replica.Replica` reports it."""
+
+    def select_chunk(
+        self, schema: TableSchema, after: Any, upto: Any, limit: int, condition: str | None = None
+    ) -> FakeChunk:
+        raise QueryError("selecting a chunk of shop.orders failed on the replica: error 1690: out of range")
+
+
+def test_a_statement_the_server_refuses_fails_only_that_snapshot(tmp_path: Path) -> None:
+    """The table's snapshot ends with the server's message; the stream still carries every change."""
+    world = World(random.Random(3), rows=10, writes=5)
+    out = tmp_path / "o.jsonl"
+    engine = Engine(
+        RefusingReplica(world),
+        lambda start, schema_of: FakeStream(world, start, lambda: None),
+        JsonlSink(out),
+        CheckpointStore(tmp_path / "c.json"),
+        EngineSettings(chunk_size=3, checkpoint_interval_s=0.0),
+        captured=[T],
+    )
+    engine.run(snapshot=[T], until_caught_up=True)
+    (table,) = json.loads((tmp_path / "c.json").read_text())["context"]["tables"]
+    assert table["done"] and "error 1690: out of range" in table["error"] and table["rows"] == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert not any(r["snapshot"] for r in records)
+    assert world.stream_start is not None
+    changes = [e for gtid, events in world.txs if gtid not in world.stream_start for e in events]
+    assert len(records) == sum(isinstance(e, RowChange) for e in changes)
+
+
+def test_a_checkpoint_the_replica_cannot_continue_is_refused_before_any_output(tmp_path: Path) -> None:
+    world = World(random.Random(4), rows=5, writes=0)
+    out, store = tmp_path / "o.jsonl", CheckpointStore(tmp_path / "c.json")
+
+    def engine() -> Engine:
+        stream = lambda start, schema_of: FakeStream(world, start, lambda: None)  # noqa: E731
+        return Engine(FakeReplica(world), stream, JsonlSink(out), store, captured=[T])
+
+    engine().run(snapshot=[T], until_caught_up=True)
+    data = json.loads(store.path.read_text())
+    data["processed"] += ",8a94f357-aab4-11df-86ab-c80aa9429562:1-3"  # another server's transactions
+    store.path.write_text(json.dumps(data))
+    before = out.read_bytes()
+    with pytest.raises(CheckpointError, match=r"has not executed .*8a94f357"):
+        engine().run(until_caught_up=True)
+    assert out.read_bytes() == before
+
+
+def test_a_refused_signal_id_may_be_sent_again() -> None:
+    """Only a signal acted on reserves its id; a refused one can be corrected and resent."""
+    world = World(random.Random(5), rows=2, writes=0)
+    engine = Engine(
+        FakeReplica(world),
+        lambda start, schema_of: FakeStream(world, start, lambda: None),
+        JsonlSink(Path("/dev/null")),
+        CheckpointStore(Path("/nonexistent/c.json")),
+    )
+    engine.signals, engine.context = {}, SnapshotContext()
+    engine._apply(SignalReceived(0, 0, "a", "execute-snapshot", StartSnapshot(selectors=("shop.nope",))))
+    engine._apply(SignalReceived(0, 1, "a", "execute-snapshot", StartSnapshot(selectors=("shop.orders",))))
+    engine._apply(SignalReceived(0, 2, "a", "execute-snapshot", StartSnapshot(selectors=("shop.orders",))))
+    outcomes = [h["outcome"] for h in engine.signals["history"]]
+    assert outcomes[0].startswith("refused: ") and outcomes[1:] == ["done", "ignored: duplicate id"]

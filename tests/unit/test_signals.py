@@ -388,3 +388,15 @@ def test_lag_watch_counts_from_the_oldest_kept_message() -> None:
     watch = LagWatch(stall_s=1.0)
     assert not watch.stalled(0, 3, 10, 10, now=0.0), "offset 3 was deleted by retention; nothing left"
     assert not watch.stalled(1, None, 4, 6, now=0.0) and watch.stalled(1, None, 4, 6, now=1.0)
+
+
+def test_stream_wait_note_shows_a_window_waiting_for_the_stream() -> None:
+    """Under heavy writes a chunk's window waits for the stream: progress says so after a second."""
+    from gtidsnap.cli import stream_wait_note
+    from gtidsnap.engine import RunStats
+
+    stats = RunStats()
+    assert stream_wait_note(stats) == ""
+    stats.window_opened_at = 100.0
+    assert stream_wait_note(stats, now=100.5) == ""
+    assert stream_wait_note(stats, now=104.2) == "chunk waits 4s for the stream"
