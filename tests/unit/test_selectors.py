@@ -75,8 +75,11 @@ def test_catastrophic_pattern_matches_in_linear_time() -> None:
         ("db.t", TableId("db", "t")),
         ("db\\.t", TableId("db", "t")),
         ("db\\.t_1", TableId("db", "t_1")),
+        ("db\\.t\\$1", TableId("db", "t$1")),
+        ("db.t.x", TableId("db", "t.x")),
         ("db\\.t.*", None),
-        ("db\\d", None),
+        ("db.(a|b)", None),
+        ("db\\d.t", None),
         ("nodot", None),
     ],
 )

@@ -14,7 +14,7 @@ from gtidsnap.cli import app
 from gtidsnap.engine import PauseSnapshots, ResumeSnapshots, SignalReceived, StartSnapshot, StopSnapshot
 from gtidsnap.errors import SignalError
 from gtidsnap.model import TableId
-from gtidsnap.signals import LagWatch, build_message, literal_table, parse_signal
+from gtidsnap.signals import LagWatch, build_message, parse_signal
 
 CONNECTOR = "shop-replica"
 
@@ -275,23 +275,6 @@ def test_safe_filters_pass_unchanged() -> None:
     }
     result = parse({"type": EXEC, "data": data})
     assert isinstance(result.command, StartSnapshot) and result.command.conditions == {"db.t": condition}
-
-
-@pytest.mark.parametrize(
-    ("selector", "table"),
-    [
-        ("db.t", TableId("db", "t")),
-        ("db\\.t", TableId("db", "t")),
-        ("db\\.t\\$1", TableId("db", "t$1")),
-        ("db.t.x", TableId("db", "t.x")),
-        ("db\\.t_.*", None),
-        ("db.(a|b)", None),
-        ("t", None),
-        ("db\\d.t", None),
-    ],
-)
-def test_literal_table(selector: str, table: TableId | None) -> None:
-    assert literal_table(selector) == table
 
 
 # ----------------------------------------------------------------------------- what the CLI sends
