@@ -47,21 +47,19 @@ missing because ``binlog_row_metadata`` is not FULL, and partial JSON updates.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import random
 import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
@@ -78,6 +76,7 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
+from gtidsnap.binlog_values import row_values
 from gtidsnap.connection import ConnectionSettings
 from gtidsnap.errors import SourceError
 from gtidsnap.gtid import Gtid, GtidSet, MariadbGtid, MariadbGtidSet, MysqlGtid
@@ -487,16 +486,16 @@ class BinlogStream:
         changes: list[RowChange] = []  # all rows first: a row that fails to normalise stops the event whole
         for row in rows:
             if isinstance(raw, UpdateRowsEvent):
-                before = schema.normalize_row(_values(row, "before_"))
-                after = schema.normalize_row(_values(row, "after_"))
+                before = schema.normalize_row(row_values(row, "before_"))
+                after = schema.normalize_row(row_values(row, "after_"))
                 key, old = schema.key_of(after), schema.key_of(before)
                 old_key = old if old != key else None
                 changes.append(RowChange(tx.gtid, table, "u", key, before, after, old_key, ts))
             elif isinstance(raw, WriteRowsEvent):
-                after = schema.normalize_row(_values(row, ""))
+                after = schema.normalize_row(row_values(row, ""))
                 changes.append(RowChange(tx.gtid, table, "c", schema.key_of(after), None, after, None, ts))
             else:
-                before = schema.normalize_row(_values(row, ""))
+                before = schema.normalize_row(row_values(row, ""))
                 changes.append(RowChange(tx.gtid, table, "d", schema.key_of(before), before, None, None, ts))
         for change in changes:
             self._produce(tx, change)
@@ -659,31 +658,6 @@ def _table_id(qualified: str, default_schema: str) -> TableId | None:
     if second is not None:
         return TableId(_unquote(first), _unquote(second))
     return TableId(default_schema, _unquote(first)) if default_schema else None
-
-
-def _values(row: Mapping[str, Any], image: str) -> Mapping[str, Any]:
-    """One row image; the library reads an empty SET as None and says so only in ``none_sources``,
-    and decodes the fraction of a negative TIME(n) without its complement (see :func:`fix_negative_time`)."""
-    values: dict[str, Any] = row[f"{image}values"]  # the library builds it for this row: fixed in place, once
-    sources = row.get(f"{image}none_sources")
-    if sources:
-        for name, why in sources.items():
-            if why == NONE_SOURCE.EMPTY_SET:
-                values[name] = set()
-    for name, value in values.items():
-        if type(value) is dt.timedelta:
-            values[name] = fix_negative_time(value)
-    return values
-
-
-def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
-    """python-mysql-replication 1.0.17 reads ``-00:59:59.999500`` as ``-00:59:59.000500``: for a negative
-    TIME with a fraction, the fraction it returns is one second minus the true one."""
-    if value >= dt.timedelta(0):
-        return value
-    micros = -(value // dt.timedelta(microseconds=1))
-    whole, fraction = divmod(micros, 1_000_000)
-    return -dt.timedelta(seconds=whole, microseconds=1_000_000 - fraction) if fraction else value
 
 
 def _decode(value: Any) -> str:

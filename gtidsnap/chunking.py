@@ -19,11 +19,15 @@ see :func:`check_condition` for what is refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from gtidsnap.errors import ConfigError, SchemaError
-from gtidsnap.schema import TableSchema
+from gtidsnap.schema import Column, TableSchema, format_time
 
 Params = list[Any]
 
@@ -101,27 +105,111 @@ def unsupported_key_columns(schema: TableSchema) -> tuple[str, ...]:
 def _check_key(schema: TableSchema) -> None:
     if not schema.key:
         raise SchemaError(f"table {schema.table} has no key columns to chunk by")
-    bad = unsupported_key_columns(schema)
+    bad = [schema.column(n) for n in unsupported_key_columns(schema)]
     if bad:
         raise SchemaError(
-            f"table {schema.table} cannot be chunked by key column(s) {', '.join(bad)} "
+            f"table {schema.table} cannot be chunked by key column(s) "
+            f"{', '.join(f'{c.name} ({c.data_type.upper()})' for c in bad)} "
             f"(ENUM, SET and FLOAT keys do not order and compare alike); configure a surrogate key"
         )
 
 
+def _bit_number(value: Any) -> Any:
+    """BIT as a number: MariaDB compares a BIT column with a binary string by the string's numeric
+    value (``_binary'\\x05'`` is 0), so the raw bytes PyMySQL returns must not go back as they are."""
+    return int.from_bytes(value, "big") if isinstance(value, bytes | bytearray) else value
+
+
+def _time_literal(value: Any) -> Any:
+    """TIME as its text: PyMySQL 1.x escapes a negative ``timedelta`` wrongly (-1 s as ``-1:59:59``)."""
+    return format_time(value) if isinstance(value, dt.timedelta) else value
+
+
+def _exact_decimal(value: Any) -> Any:
+    """DECIMAL as a ``Decimal``, which PyMySQL writes as an exact numeric literal; text or a float
+    would be compared as a double and could not tell 1E-30 from 0."""
+    if isinstance(value, Decimal) or value is None:
+        return value
+    return Decimal(str(value))
+
+
+@dataclass(frozen=True)
+class KeyBind:
+    """How a bound value of one key column goes into the chunk SELECT: its SQL placeholder and the
+    parameter a raw key value (as PyMySQL returned it, or as a checkpoint stored it) becomes."""
+
+    placeholder: str
+    param: Callable[[Any], Any]
+
+
+_PARAMS: dict[str, Callable[[Any], Any]] = {
+    "bit": _bit_number,
+    "time": _time_literal,
+    "decimal": _exact_decimal,
+    "numeric": _exact_decimal,
+}
+_CASTS = {"date": "DATE", "datetime": "DATETIME", "timestamp": "DATETIME", "time": "TIME"}
+
+
+def key_binder(column: Column) -> KeyBind:
+    """How ``column``'s bounds are bound so the server compares them exactly as it compares the key.
+
+    DATE/DATETIME/TIMESTAMP/TIME bounds are typed with a CAST to the column's type and precision:
+    inside a row-value comparison MySQL 8.0 compared a TIME column with a text as text (measured:
+    ``(a, t) > (1, '-838:59:59')`` kept the row with t = -838:59:59, so a composite key holding a TIME
+    repeated its chunk for ever); every temporal bound is typed alike, zero and invalid dates included
+    (the chunk SELECT's sql_mode accepts them, see ``BOUNDS_MODE``), and the range plans are the same
+    as with text. BIT binds as a number, TIME as its text, DECIMAL as a
+    ``Decimal`` (see the helpers above). Every other type binds as PyMySQL escapes it: integers and
+    YEAR as numbers, DOUBLE as its shortest exact literal (``repr`` plus ``e0``), strings, UUID and INET
+    (their text) as strings compared in the column's type and collation, binary and MariaDB spatial
+    values as binary literals compared byte by byte."""
+    param = _PARAMS.get(column.data_type, _as_is)
+    cast = _CASTS.get(column.data_type)
+    if cast is None:
+        return KeyBind("%s", param)
+    if cast != "DATE":
+        cast += f"({_fraction_digits(column.column_type)})"
+    return KeyBind(f"CAST(%s AS {cast})", param)
+
+
+def _fraction_digits(column_type: str) -> int:
+    """``n`` of ``datetime(n)``/``time(n)``; 0 when the type has no precision."""
+    match = re.search(r"\((\d)\)", column_type)
+    return int(match.group(1)) if match else 0
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+# The chunk SELECT compares its bounds under an sql_mode that accepts every value a key column can
+# hold. MySQL 8.0's default (strict, NO_ZERO_DATE, NO_ZERO_IN_DATE) rejects a bound of '0000-00-00' or
+# '2024-00-10' with error 1525 although the table holds it (and CASTs it to NULL); ALLOW_INVALID_DATES
+# alone accepts them (measured: every zero and invalid DATE/DATETIME/TIMESTAMP bound, alone or in a
+# row-value comparison, selects exactly the rows after it).
+# Only this statement's evaluation changes (MySQL's SET_VAR hint; the text was parsed in the session's
+# mode). MariaDB takes the hint for a comment and accepts such bounds even in a strict session.
+BOUNDS_MODE = "/*+ SET_VAR(sql_mode = 'ALLOW_INVALID_DATES') */ "
+
+
 def _bound(schema: TableSchema, op: str, values: Sequence[Any]) -> tuple[str, Params]:
-    """``key <op> values``, as a row-value comparison plus a leading-column range for composite keys."""
+    """``key <op> values``, as a row-value comparison plus a leading-column range for composite keys;
+    each value bound by :func:`key_binder` of its column."""
     if len(values) != len(schema.key):
         raise ValueError(
             f"bound {tuple(values)!r} has {len(values)} value(s); "
             f"the key of {schema.table} has {len(schema.key)}"
         )
+    binds = [key_binder(c) for c in schema.key_columns]
+    bound = [b.param(v) for b, v in zip(binds, values, strict=True)]
+    marks = [b.placeholder for b in binds]
     cols = [_ident(n) for n in schema.key]
     if len(cols) == 1:
-        return f"{cols[0]} {op} %s", [values[0]]
+        return f"{cols[0]} {op} {marks[0]}", bound
     lead_op = op if "=" in op else op + "="
-    row = f"({', '.join(cols)}) {op} ({', '.join(['%s'] * len(cols))})"
-    return f"{cols[0]} {lead_op} %s AND {row}", [values[0], *values]
+    row = f"({', '.join(cols)}) {op} ({', '.join(marks)})"
+    return f"{cols[0]} {lead_op} {marks[0]} AND {row}", [bound[0], *bound]
 
 
 def chunk_query(
@@ -149,7 +237,7 @@ def chunk_query(
         where.append(f"({check_condition(condition).replace('%', '%%')})")
     columns = ", ".join(_ident(c.name) for c in schema.columns)
     order = ", ".join(_ident(n) for n in schema.key)
-    sql = f"SELECT {columns} FROM {_table(schema)} WHERE {' AND '.join(where)} ORDER BY {order}"
+    sql = f"SELECT {BOUNDS_MODE}{columns} FROM {_table(schema)} WHERE {' AND '.join(where)} ORDER BY {order}"
     return f"{sql} LIMIT {int(limit)}", params
 
 

@@ -22,17 +22,18 @@ DOUBLE                         DOUBLE
 BIT(n), n <= 63                BIGINT                       the bits as an unsigned number
 BIT(64)                        DECIMAL(20,0)
 YEAR                           SHORT                        0 for YEAR 0000
-DATE                           DATE                         zero/invalid dates are NULL
-DATETIME                       TIMESTAMP_NTZ                wall-clock value, no zone
-TIMESTAMP                      TIMESTAMP                    the UTC instant
+DATE                           DATE                         zero/invalid dates ("0000-00-00") are NULL
+DATETIME                       TIMESTAMP_NTZ                wall-clock value, no zone; zero/invalid: NULL
+TIMESTAMP                      TIMESTAMP                    the UTC instant; zero: NULL
 TIME                           STRING                       "[-]HHH:MM:SS[.ffffff]" (may exceed 24 h)
 JSON                           STRING                       compact JSON text of the value
 ENUM                           STRING                       the member
 SET                            ARRAY<STRING>                members, sorted
 CHAR/VARCHAR/*TEXT             STRING
 BINARY/VARBINARY/*BLOB         BINARY                       the bytes (BINARY(n) zero-padded to n)
+VECTOR                         BINARY                       the stored float32s
 GEOMETRY and spatial types     BINARY                       the server's internal form (SRID + WKB)
-UUID/INET4/INET6 (MariaDB)     STRING                       the server's text
+UUID/INET4/INET6 (MariaDB)     STRING                       the server's text ("::ffff:1.2.3.4")
 anything else                  STRING                       text; other values as JSON text
 =============================  ===========================  =============================================
 
@@ -58,7 +59,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from gtidsnap.schema import Column
+from gtidsnap.schema import SPATIAL_TYPES, Column
 
 #: Columns gtidsnap adds to every mirror row: the record that last wrote it.
 MIRROR_META: tuple[T.StructField, ...] = (
@@ -73,20 +74,9 @@ RESERVED = frozenset(f.name for f in CHANGELOG_META)
 
 # Characters Delta refuses in column names unless column mapping is on.
 _INVALID_NAME = re.compile(r"[ ,;{}()\n\t=]")
-_SPATIAL = frozenset(
-    {
-        "geometry",
-        "point",
-        "linestring",
-        "polygon",
-        "multipoint",
-        "multilinestring",
-        "multipolygon",
-        "geometrycollection",
-        "geomcollection",
-    }
+_BINARY = (
+    frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "vector"}) | SPATIAL_TYPES
 )
-_BINARY = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}) | _SPATIAL
 _UTC = dt.UTC
 
 # Integral types by width, and the decimal digits each needs (what a DECIMAL must have left of the point).
@@ -149,7 +139,7 @@ def spark_type(column: Column) -> T.DataType:
         return T.ArrayType(T.StringType(), True)
     if t in _BINARY:
         return T.BinaryType()
-    return T.StringType()  # text types, TIME, JSON, ENUM, UUID/INET (MariaDB) and anything unknown
+    return T.StringType()  # text types, TIME, JSON, ENUM, UUID/INET4/INET6 (MariaDB) and anything unknown
 
 
 def arrow_type(data_type: T.DataType) -> pa.DataType:
@@ -203,28 +193,43 @@ def _to_bytes(value: Any) -> bytes:
     return text.encode("utf-8", errors="surrogateescape")
 
 
-def _to_naive(value: Any) -> dt.datetime:
+_INVALID_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?)?")
+
+
+def _moment(value: Any) -> dt.datetime | None:
+    """A DATETIME/TIMESTAMP value; None for a zero or invalid date (``0000-00-00 00:00:00``), which
+    gtidsnap writes as the server's text and Delta has no value for."""
     if isinstance(value, dt.datetime):
-        moment = value
-    elif isinstance(value, dt.date):
-        moment = dt.datetime(value.year, value.month, value.day)
-    else:
-        moment = dt.datetime.fromisoformat(str(value))
-    return moment.astimezone(_UTC).replace(tzinfo=None) if moment.tzinfo is not None else moment
+        return value
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day)
+    text = str(value)
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        if _INVALID_DATE.fullmatch(text):
+            return None
+        raise
 
 
-def _to_utc(value: Any) -> dt.datetime:
+def _to_naive(value: Any) -> dt.datetime | None:
+    moment = _moment(value)
+    if moment is None or moment.tzinfo is None:
+        return moment
+    return moment.astimezone(_UTC).replace(tzinfo=None)
+
+
+def _to_utc(value: Any) -> dt.datetime | None:
     """TIMESTAMP text is UTC (the snapshot session runs at +00:00, the binlog holds UTC instants)."""
-    moment = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    moment = _moment(value)
+    if moment is None:
+        return None
     return moment.replace(tzinfo=_UTC) if moment.tzinfo is None else moment.astimezone(_UTC)
 
 
-def _to_date(value: Any) -> dt.date:
-    if isinstance(value, dt.datetime):
-        return value.date()
-    if isinstance(value, dt.date):
-        return value
-    return dt.date.fromisoformat(str(value)[:10])
+def _to_date(value: Any) -> dt.date | None:
+    moment = _moment(value)
+    return None if moment is None else moment.date()
 
 
 def _to_decimal(value: Any) -> Decimal:

@@ -1,12 +1,26 @@
-"""Keyset SQL text: exact statements for single and composite keys, quoting, and refused conditions."""
+"""Keyset SQL text: exact statements for single and composite keys, quoting, refused conditions, and how
+each key type's raw value is bound so the server compares it exactly as the key."""
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import pymysql.converters
 import pytest
 
-from gtidsnap.chunking import check_condition, chunk_query, max_key_query, quote_ident
+from gtidsnap.chunking import (
+    BOUNDS_MODE,
+    check_condition,
+    chunk_query,
+    key_binder,
+    max_key_query,
+    quote_ident,
+)
 from gtidsnap.errors import ConfigError, SchemaError
 from gtidsnap.model import TableId
+from gtidsnap.plan import decode_key, encode_key
 from gtidsnap.schema import Column, TableSchema
 
 SINGLE = TableSchema(
@@ -34,14 +48,16 @@ def test_quote_ident_doubles_backticks() -> None:
 
 def test_single_key_chunk_without_lower_bound() -> None:
     sql, params = chunk_query(SINGLE, None, (100,), 10, None)
-    assert sql == ("SELECT `id`, `region` FROM `shop`.`orders` WHERE `id` <= %s ORDER BY `id` LIMIT 10")
+    assert sql == (
+        f"SELECT {BOUNDS_MODE}`id`, `region` FROM `shop`.`orders` WHERE `id` <= %s ORDER BY `id` LIMIT 10"
+    )
     assert params == [100]
 
 
 def test_single_key_chunk_with_both_bounds_and_condition() -> None:
     sql, params = chunk_query(SINGLE, (5,), (100,), 3, "region = 'EU'")
     assert sql == (
-        "SELECT `id`, `region` FROM `shop`.`orders` WHERE `id` > %s AND `id` <= %s "
+        f"SELECT {BOUNDS_MODE}`id`, `region` FROM `shop`.`orders` WHERE `id` > %s AND `id` <= %s "
         "AND (region = 'EU') ORDER BY `id` LIMIT 3"
     )
     assert params == [5, 100]
@@ -50,7 +66,7 @@ def test_single_key_chunk_with_both_bounds_and_condition() -> None:
 def test_composite_key_uses_row_values_and_a_leading_column_range() -> None:
     sql, params = chunk_query(COMPOSITE, (7, "abc"), (9, "zz"), 50, None)
     assert sql == (
-        "SELECT `order_id`, `sku`, `qty` FROM `shop`.`lines` "
+        f"SELECT {BOUNDS_MODE}`order_id`, `sku`, `qty` FROM `shop`.`lines` "
         "WHERE `order_id` >= %s AND (`order_id`, `sku`) > (%s, %s) "
         "AND `order_id` <= %s AND (`order_id`, `sku`) <= (%s, %s) "
         "ORDER BY `order_id`, `sku` LIMIT 50"
@@ -83,12 +99,12 @@ def test_odd_names_are_quoted_and_percent_signs_doubled_for_pymysql() -> None:
     sql, params = chunk_query(odd, (1,), (2,), 5, "`v%` LIKE 'a%'")
     assert params == [1, 2]
     assert sql == (
-        "SELECT `k``1`, `v%%` FROM `my``db`.`50%% off` WHERE `k``1` > %s AND `k``1` <= %s "
+        f"SELECT {BOUNDS_MODE}`k``1`, `v%%` FROM `my``db`.`50%% off` WHERE `k``1` > %s AND `k``1` <= %s "
         "AND (`v%%` LIKE 'a%%') ORDER BY `k``1` LIMIT 5"
     )
     # What PyMySQL will send once it substitutes the parameters:
     assert sql % ("1", "2") == (
-        "SELECT `k``1`, `v%` FROM `my``db`.`50% off` WHERE `k``1` > 1 AND `k``1` <= 2 "
+        f"SELECT {BOUNDS_MODE}`k``1`, `v%` FROM `my``db`.`50% off` WHERE `k``1` > 1 AND `k``1` <= 2 "
         "AND (`v%` LIKE 'a%') ORDER BY `k``1` LIMIT 5"
     )
     key_sql, _ = max_key_query(odd)
@@ -147,7 +163,116 @@ def test_bad_limits_and_bounds() -> None:
 @pytest.mark.parametrize("data_type", ["enum", "set", "float"])
 def test_keys_that_do_not_sort_as_they_compare_are_refused(data_type: str) -> None:
     schema = TableSchema(TableId("s", "t"), (Column("k", data_type, data_type, False),), ("k",))
-    with pytest.raises(SchemaError, match="surrogate key"):
+    with pytest.raises(SchemaError, match=rf"key column\(s\) k \({data_type.upper()}\).*surrogate key"):
         chunk_query(schema, None, ("a",), 10)
     with pytest.raises(SchemaError, match="surrogate key"):
         max_key_query(schema)
+
+
+def literal(data_type: str, column_type: str, raw: Any) -> str:
+    """The SQL text PyMySQL sends for a raw key value bound as a keyset bound."""
+    bind = key_binder(Column("k", data_type, column_type, False))
+    return bind.placeholder % pymysql.converters.escape_item(bind.param(raw), "utf8mb4")
+
+
+@pytest.mark.parametrize(
+    ("data_type", "column_type", "raw", "sql"),
+    [
+        # BIT: PyMySQL returns bytes; MariaDB compares a binary string with BIT by its numeric value
+        ("bit", "bit(8)", b"\x05", "5"),
+        ("bit", "bit(64)", b"\xff" * 8, str(2**64 - 1)),
+        ("bit", "bit(1)", b"\x00", "0"),
+        # TIME: PyMySQL 1.x wrote -1 s as '-1:59:59'
+        ("time", "time", -dt.timedelta(seconds=1), "CAST('-00:00:01' AS TIME(0))"),
+        (
+            "time",
+            "time(6)",
+            -dt.timedelta(minutes=59, seconds=59, microseconds=999500),
+            "CAST('-00:59:59.999500' AS TIME(6))",
+        ),
+        ("time", "time", dt.timedelta(hours=838, minutes=59, seconds=59), "CAST('838:59:59' AS TIME(0))"),
+        # DECIMAL: an exact numeric literal, never text compared as a double
+        ("decimal", "decimal(65,30)", Decimal("0E-30"), "0.000000000000000000000000000000"),
+        ("decimal", "decimal(65,30)", "1E-30", "0.000000000000000000000000000001"),
+        ("decimal", "decimal(12,2)", Decimal("-1.50"), "-1.50"),
+        # everything else as PyMySQL writes it
+        ("double", "double", 0.1 + 0.2, "0.30000000000000004e0"),
+        ("bigint", "bigint unsigned", 2**64 - 1, str(2**64 - 1)),
+        ("year", "year", 0, "0"),
+        # temporal types typed by a CAST (MySQL compares them with text as text in a row comparison)
+        ("time", "time(6)", dt.timedelta(seconds=-1), "CAST('-00:00:01' AS TIME(6))"),
+        ("date", "date", dt.date(2024, 2, 29), "CAST('2024-02-29' AS DATE)"),
+        ("date", "date", "0000-00-00", "CAST('0000-00-00' AS DATE)"),  # zero/invalid: PyMySQL's text
+        (
+            "datetime",
+            "datetime(6)",
+            dt.datetime(2024, 1, 2, 3, 4, 5, 6),
+            "CAST('2024-01-02 03:04:05.000006' AS DATETIME(6))",
+        ),
+        ("timestamp", "timestamp", dt.datetime(2038, 1, 19), "CAST('2038-01-19 00:00:00' AS DATETIME(0))"),
+        ("uuid", "uuid", "123e4567-e89b-12d3-a456-426655440000", "'123e4567-e89b-12d3-a456-426655440000'"),
+        ("inet6", "inet6", "::ffff:1.2.3.4", "'::ffff:1.2.3.4'"),
+    ],
+)
+def test_each_key_type_binds_a_literal_the_server_compares_exactly(
+    data_type: str, column_type: str, raw: Any, sql: str
+) -> None:
+    assert literal(data_type, column_type, raw) == sql
+
+
+@pytest.mark.parametrize(
+    ("data_type", "raw"),
+    [
+        ("varbinary", b"\x00\xff"),
+        ("binary", b"ab\x00\x00"),
+        ("point", b"\x00\x00\x00\x00\x01\x01"),  # MariaDB compares spatial keys byte by byte
+        ("varchar", "a "),
+        ("double", -0.5),
+    ],
+)
+def test_other_key_types_bind_the_raw_value_itself(data_type: str, raw: Any) -> None:
+    bind = key_binder(Column("k", data_type, data_type, False))
+    assert bind.placeholder == "%s" and bind.param(raw) is raw
+
+
+def test_every_bound_is_bound_the_same_way_lower_upper_and_composite() -> None:
+    schema = TableSchema(
+        TableId("s", "t"),
+        (
+            Column("b", "bit", "bit(8)", False),
+            Column("t", "time", "time(6)", False),
+            Column("d", "decimal", "decimal(65,30)", False),
+        ),
+        ("b", "t", "d"),
+    )
+    lower = (b"\x05", -dt.timedelta(seconds=1), Decimal("0E-30"))
+    upper = (b"\xff", dt.timedelta(hours=1), Decimal("1E-30"))
+    sql, params = chunk_query(schema, lower, upper, 2)
+    assert "WHERE `b` >= %s AND (`b`, `t`, `d`) > (%s, CAST(%s AS TIME(6)), %s) AND `b` <= %s AND " in sql
+    low = [5, "-00:00:01", Decimal("0E-30")]
+    high = [255, "01:00:00", Decimal("1E-30")]
+    assert params == [low[0], *low, high[0], *high]
+
+
+def test_raw_keys_stored_in_older_checkpoints_bind_alike() -> None:
+    """plan.py stores raw keys typed (BIT as bytes, TIME as seconds, DECIMAL as text): after a restart
+    the stored bound must bind exactly as the value the server returned."""
+    schema = TableSchema(
+        TableId("s", "t"),
+        (
+            Column("b", "bit", "bit(8)", False),
+            Column("t", "time", "time(6)", False),
+            Column("d", "decimal", "decimal(65,30)", False),
+            Column("z", "date", "date", False),
+        ),
+        ("b", "t", "d", "z"),
+    )
+    raw = (
+        b"\x05",
+        -dt.timedelta(minutes=59, seconds=59, microseconds=999500),
+        Decimal("0E-30"),
+        "2024-00-10",
+    )
+    stored = decode_key(encode_key(raw))
+    assert stored is not None
+    assert chunk_query(schema, stored, stored, 1) == chunk_query(schema, raw, raw, 1)

@@ -84,9 +84,14 @@ MAPPING = [
     ("binary", "binary(4)", BINARY),
     ("geometry", "geometry", BINARY),
     ("point", "point", BINARY),
+    ("linestring", "linestring", BINARY),
+    ("geometrycollection", "geometrycollection", BINARY),  # MariaDB's name
+    ("geomcollection", "geomcollection", BINARY),  # MySQL's
     ("uuid", "uuid", STRING),
+    ("inet4", "inet4", STRING),
     ("inet6", "inet6", STRING),
-    ("vector", "vector(3)", STRING),  # unknown: text
+    ("vector", "vector(3)", BINARY),  # canonical: base64 of the stored float32s
+    ("somenewtype", "somenewtype", STRING),  # unknown: text
 ]
 
 
@@ -151,6 +156,19 @@ VALUES: list[tuple[str, str, list[Any], list[Any]]] = [
     ("blob", "blob", ["base64:AP8=", "base64:"], [b"\x00\xff", b""]),
     ("binary", "binary(4)", ["base64:YQAAAA=="], [b"a\x00\x00\x00"]),
     ("uuid", "uuid", ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567-e89b-12d3-a456-426614174000"]),
+    ("inet4", "inet4", ["0.0.0.0", "255.255.255.255"], ["0.0.0.0", "255.255.255.255"]),
+    ("inet6", "inet6", ["::ffff:1.2.3.4", "2001:db8::"], ["::ffff:1.2.3.4", "2001:db8::"]),
+    ("vector", "vector(2)", ["base64:AACAPwAAAEA="], [b"\x00\x00\x80?\x00\x00\x00@"]),
+    ("point", "point", ["base64:AAAAAAEBAAAA"], [b"\x00\x00\x00\x00\x01\x01\x00\x00\x00"]),
+    # zero and invalid dates: gtidsnap writes the server's text, Delta has no value for them
+    ("date", "date", ["0000-00-00", "2024-00-10", "2024-02-30"], [None, None, None]),
+    (
+        "datetime",
+        "datetime(6)",
+        ["0000-00-00 00:00:00", "2024-00-10 12:00:00.500000", "2024-01-02 03:04:05"],
+        [None, None, dt.datetime(2024, 1, 2, 3, 4, 5)],
+    ),
+    ("timestamp", "timestamp(6)", ["0000-00-00 00:00:00"], [None]),
 ]
 
 
@@ -171,7 +189,14 @@ def test_float_is_the_float32_of_what_the_server_prints() -> None:
 
 @pytest.mark.parametrize(
     ("column_type", "value"),
-    [("tinyint", 128), ("decimal(4,2)", "123.45"), ("decimal(4,2)", "1.234"), ("date", "not a date")],
+    [
+        ("tinyint", 128),
+        ("decimal(4,2)", "123.45"),
+        ("decimal(4,2)", "1.234"),
+        ("date", "not a date"),
+        ("datetime", "2024-01-02 25:00"),
+        ("timestamp", "0000-00-00 x"),
+    ],
 )
 def test_values_that_do_not_fit_are_refused(column_type: str, value: Any) -> None:
     column = Column("c", column_type.split("(")[0], column_type)
