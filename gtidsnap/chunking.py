@@ -13,20 +13,23 @@ The SQL returned is a PyMySQL format string: parameters are ``%s`` and any liter
 condition such as ``name LIKE 'a%'`` or in an odd identifier) is doubled; always pass ``params`` to
 ``cursor.execute`` even when the list is empty.
 
-User conditions (``region = 'EU'``) are trusted configuration, but must not change the query's shape:
-see :func:`check_condition` for what is refused.
+A filter (``region = 'EU'``) goes in only as :func:`gtidsnap.filters.check_filter` renders it for the
+table's columns: whatever reaches a chunk SELECT has passed that check here, wherever it came from.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from gtidsnap.errors import ConfigError, SchemaError
+from gtidsnap.errors import SchemaError
+from gtidsnap.filters import check_filter
+from gtidsnap.model import TableId
 from gtidsnap.schema import Column, TableSchema, format_time
 
 Params = list[Any]
@@ -36,7 +39,6 @@ Params = list[Any]
 # single-precision value, so the last row of a chunk would be selected again forever.
 UNSUPPORTED_KEY_TYPES = frozenset({"enum", "set", "float"})
 
-_FORBIDDEN_TOKENS = (";", "--", "#", "/*", "*/", "\\")
 
 
 def quote_ident(name: str) -> str:
@@ -53,48 +55,14 @@ def _table(schema: TableSchema) -> str:
     return f"{_ident(schema.table.schema)}.{_ident(schema.table.name)}"
 
 
-def check_condition(condition: str) -> str:
-    """Return ``condition`` stripped, or raise :class:`ConfigError` if it could break out of its parentheses.
+@functools.lru_cache(maxsize=256)
+def _filter_sql(condition: str, table: TableId, columns: tuple[str, ...]) -> str:
+    """The filter as it runs (checked, re-rendered, ``%`` doubled for PyMySQL); FilterError if refused."""
+    return check_filter(condition, table, columns).replace("%", "%%")
 
-    Refused, wherever they appear (even inside a string literal, to keep the rule simple): ``;``,
-    comment markers ``--``, ``#``, ``/*``, ``*/``, and backslashes (write a quote inside a string as
-    ``''``). Quotes (``'``, ``"``, backticks) must close, and parentheses outside quotes must balance
-    without ever closing more than they opened.
-    """
-    text = condition.strip()
-    if not text:
-        raise ConfigError("the snapshot condition is empty; leave it out to select every row")
-    for token in _FORBIDDEN_TOKENS:
-        if token in text:
-            raise ConfigError(
-                f"snapshot condition {condition!r} contains {token!r}; conditions may not contain "
-                "';', comments ('--', '#', '/*'), or backslashes (write '' for a quote inside a string)"
-            )
-    depth = 0
-    quote: str | None = None
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote is not None:
-            if ch == quote:
-                if i + 1 < len(text) and text[i + 1] == quote:
-                    i += 1  # doubled quote: a literal quote character
-                else:
-                    quote = None
-        elif ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                raise ConfigError(f"snapshot condition {condition!r} closes a parenthesis it never opened")
-        i += 1
-    if quote is not None:
-        raise ConfigError(f"snapshot condition {condition!r} has an unclosed {quote} quote")
-    if depth:
-        raise ConfigError(f"snapshot condition {condition!r} has {depth} unclosed parenthesis(es)")
-    return text
+
+def _where_filter(schema: TableSchema, condition: str) -> str:
+    return f"({_filter_sql(condition, schema.table, tuple(c.name for c in schema.columns))})"
 
 
 def unsupported_key_columns(schema: TableSchema) -> tuple[str, ...]:
@@ -234,7 +202,7 @@ def chunk_query(
     where.append(sql)
     params += p
     if condition is not None:
-        where.append(f"({check_condition(condition).replace('%', '%%')})")
+        where.append(_where_filter(schema, condition))
     columns = ", ".join(_ident(c.name) for c in schema.columns)
     order = ", ".join(_ident(n) for n in schema.key)
     sql = f"SELECT {BOUNDS_MODE}{columns} FROM {_table(schema)} WHERE {' AND '.join(where)} ORDER BY {order}"
@@ -246,5 +214,5 @@ def max_key_query(schema: TableSchema, condition: str | None = None) -> tuple[st
     _check_key(schema)
     key = ", ".join(_ident(n) for n in schema.key)
     order = ", ".join(f"{_ident(n)} DESC" for n in schema.key)
-    where = f" WHERE ({check_condition(condition).replace('%', '%%')})" if condition is not None else ""
+    where = f" WHERE {_where_filter(schema, condition)}" if condition is not None else ""
     return f"SELECT {key} FROM {_table(schema)}{where} ORDER BY {order} LIMIT 1", []

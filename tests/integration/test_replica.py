@@ -18,7 +18,7 @@ import pymysql
 import pytest
 
 from gtidsnap.connection import ConnectionSettings, Secret, TlsMode
-from gtidsnap.errors import ConfigError, PrerequisiteError, SchemaError, SourceError
+from gtidsnap.errors import ConfigError, FilterError, PrerequisiteError, SchemaError, SourceError
 from gtidsnap.gtid import MariadbGtidSet, MysqlGtidSet
 from gtidsnap.model import Key, TableId
 from gtidsnap.replica import ChunkResult, Replica, parse_version, strip_password
@@ -411,21 +411,38 @@ def test_condition_that_could_break_out_is_refused(
         "CREATE TABLE x (id INT PRIMARY KEY)",
     )
     schema = replica.schema(TableId(fresh_db, "t"))
-    for condition in ("region = 'EU'; DROP TABLE x", "region = 'EU') OR (1=1", "1=1 -- ", "region = 'EU' /*"):
-        with pytest.raises(ConfigError):
+    for condition in (
+        "region = 'EU'; DROP TABLE x",
+        "region = 'EU') OR (1=1",
+        "1=1 -- ",
+        "region = 'EU' /*",
+        "id IN (SELECT id FROM x)",
+    ):
+        with pytest.raises(FilterError):
             replica.select_chunk(schema, None, (10,), 10, condition)
-        with pytest.raises(ConfigError):
+        with pytest.raises(FilterError):
             replica.max_key(schema, condition)
     assert TableId(fresh_db, "x") in replica.tables()
 
 
-def test_condition_naming_an_unknown_column_is_a_schema_error(
+def test_condition_naming_an_unknown_column_is_refused_before_the_server(
     pair: ReplicaPair, fresh_db: str, replica: Replica
 ) -> None:
     on_primary(pair, fresh_db, "CREATE TABLE t (id INT PRIMARY KEY)")
     schema = replica.schema(TableId(fresh_db, "t"))
-    with pytest.raises(SchemaError, match="Unknown column"):
+    with pytest.raises(FilterError, match="nope is not a column"):
         replica.select_chunk(schema, None, (1,), 10, "nope = 1")
+
+
+def test_condition_naming_a_column_dropped_since_is_a_schema_error(
+    pair: ReplicaPair, fresh_db: str, replica: Replica
+) -> None:
+    """The shape in hand still has the column; the server says it is gone: a schema change."""
+    on_primary(pair, fresh_db, "CREATE TABLE t (id INT PRIMARY KEY, gone INT)")
+    schema = replica.schema(TableId(fresh_db, "t"))
+    on_primary(pair, fresh_db, "ALTER TABLE t DROP COLUMN gone")
+    with pytest.raises(SchemaError, match="Unknown column"):
+        replica.select_chunk(schema, None, (1,), 10, "gone = 1")
 
 
 # --------------------------------------------------------------------------- preflight
