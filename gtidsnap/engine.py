@@ -244,7 +244,6 @@ class Engine:
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
         self._schema_retries = 0
-        self._filters: dict[tuple[TableId, str], str] = {}  # checked filters, as they run
         self._committer: BackgroundCommitter | None = None  # set while run() runs, for a SealingSink
 
     # ------------------------------------------------------------------ start and resume
@@ -406,14 +405,11 @@ class Engine:
             raise SchemaError(str(exc)) from None
 
     def _filter(self, table: TableId, condition: str | None) -> str | None:
-        """The filter as it will run: checked against the table's own columns and re-rendered
-        (:func:`gtidsnap.filters.check_filter`); FilterError names what is refused."""
+        """The filter as it will run, so a request is refused when it arrives (FilterError names why);
+        the chunk SQL checks it again (a checkpoint may hold one from elsewhere)."""
         if condition is None:
             return None
-        if (table, condition) not in self._filters:
-            columns = [c.name for c in self._schema(table).columns]
-            self._filters[(table, condition)] = check_filter(condition, table, columns)
-        return self._filters[(table, condition)]
+        return check_filter(condition, table, [c.name for c in self._schema(table).columns])
 
     def _apply_signal(self, signal: SignalReceived) -> None:
         """Act on a signal once; record what became of it with its offset (see :class:`SignalReceived`)."""
@@ -485,7 +481,7 @@ class Engine:
         assert progress is not None
         try:
             schema = self._schema(progress.table)
-            condition = self._filter(progress.table, progress.condition)
+            condition = progress.condition  # checked by the chunk SQL: FilterError fails the snapshot
             if not progress.started:
                 max_key = self.replica.max_key(schema, condition)
                 progress = replace(progress, started=True, max_key=max_key, done=max_key is None)
