@@ -129,6 +129,7 @@ class Writer:
     transactions: int = 200
     max_rows_per_tx: int = 5
     pause_s: float = 0.002
+    every_table: bool = False  # each transaction also changes at least one row of every table
     deleted: set[tuple[str, int]] = field(default_factory=set)
     error: BaseException | None = None
 
@@ -180,32 +181,42 @@ class Writer:
     def _transaction(self, cur: Any, keys: dict[str, list[int]], v: int) -> None:
         touched: set[tuple[str, int]] = set()
         for _ in range(self.rnd.randint(1, self.max_rows_per_tx)):
-            t = self.rnd.choice(list(self.tables))
-            live = keys[t]
-            action = self.rnd.random()
-            if action < 0.35 or not live:
-                # inside the snapshot's range (odd keys between the even initial ones) or above it
-                key = (
-                    self.rnd.randrange(1, max(3, 2 * len(live)), 2)
-                    if self.rnd.random() < 0.6
-                    else self.next_key
-                )
-                self.next_key += 1
-                if (t, key) in self.deleted or key in live or (t, key) in touched:
-                    continue
-                cur.execute(f"INSERT INTO `{t}` VALUES (%s, %s, %s)", (key, v, f"i{v}"))
-                live.append(key)
+            self._change(cur, keys, v, self.rnd.choice(list(self.tables)), touched)
+        for t in self.tables if self.every_table else ():
+            for _ in range(1000):  # a try can pick a key already used; a new key comes soon
+                if any(name == t for name, _ in touched):
+                    break
+                self._change(cur, keys, v, t, touched)
             else:
-                key = self.rnd.choice(live)
-                if (t, key) in touched:
-                    continue
-                if action < 0.8:
-                    cur.execute(f"UPDATE `{t}` SET v = %s, payload = %s WHERE id = %s", (v, f"u{v}", key))
-                else:
-                    cur.execute(f"DELETE FROM `{t}` WHERE id = %s", (key,))
-                    live.remove(key)
-                    self.deleted.add((t, key))
-            touched.add((t, key))
+                raise AssertionError(f"writer transaction {v} found no row of {t} to change")
+
+    def _change(
+        self, cur: Any, keys: dict[str, list[int]], v: int, t: str, touched: set[tuple[str, int]]
+    ) -> None:
+        """Insert, update or delete one row of ``t`` (nothing when the key drawn cannot be used)."""
+        live = keys[t]
+        action = self.rnd.random()
+        if action < 0.35 or not live:
+            # inside the snapshot's range (odd keys between the even initial ones) or above it
+            key = (
+                self.rnd.randrange(1, max(3, 2 * len(live)), 2) if self.rnd.random() < 0.6 else self.next_key
+            )
+            self.next_key += 1
+            if (t, key) in self.deleted or key in live or (t, key) in touched:
+                return
+            cur.execute(f"INSERT INTO `{t}` VALUES (%s, %s, %s)", (key, v, f"i{v}"))
+            live.append(key)
+        else:
+            key = self.rnd.choice(live)
+            if (t, key) in touched:
+                return
+            if action < 0.8:
+                cur.execute(f"UPDATE `{t}` SET v = %s, payload = %s WHERE id = %s", (v, f"u{v}", key))
+            else:
+                cur.execute(f"DELETE FROM `{t}` WHERE id = %s", (key,))
+                live.remove(key)
+                self.deleted.add((t, key))
+        touched.add((t, key))
 
 
 # ----------------------------------------------------------------------------- checks

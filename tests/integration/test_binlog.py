@@ -3,7 +3,9 @@ snapshot's, reconnects that neither lose nor repeat a row, restarts, and errors.
 MariaDB and on MySQL.
 
 Other test runs may write to the same servers at the same time, so checks look at this test's own
-transactions (known by GTID) and at the well-formedness of the whole stream.
+transactions (known by GTID) and at the well-formedness of the whole stream. Nothing is timed: the
+tests wait for what they check (a commit, a heartbeat, a reconnect) and time only bounds the wait, as a
+generous hang guard that names what was awaited and what was seen (speed is measured by scripts/bench).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -36,7 +39,7 @@ from gtidsnap.schema import TableSchema
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
 
 pytestmark = pytest.mark.integration
-TIMEOUT_S = 60.0
+TIMEOUT_S = 180.0  # a hang guard only: what the tests wait for normally comes within seconds
 HEARTBEAT_S = 0.5
 
 
@@ -127,13 +130,19 @@ def collect(
     done: Callable[[list[BinlogEvent]], bool],
     timeout: float = TIMEOUT_S,
     on_event: Callable[[BinlogEvent], None] | None = None,
+    awaiting: str | None = None,
 ) -> list[BinlogEvent]:
-    """Events until ``done(events)``, failing after ``timeout`` seconds."""
+    """Events until ``done(events)``; ``timeout`` is a hang guard (``next`` returns at least once per
+    heartbeat period), failing with ``awaiting`` (default: ``done``'s docstring) and what was seen."""
     events: list[BinlogEvent] = []
     deadline = time.monotonic() + timeout
     while not done(events):
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s; last events: {events[-5:]}", pytrace=False)
+            pytest.fail(
+                f"hang guard: {timeout:.0f}s passed awaiting {awaiting or done.__doc__ or 'the condition'}; "
+                f"saw {len(events)} events ({stream.reconnects} reconnects), the last: {events[-5:]}",
+                pytrace=False,
+            )
         event = stream.next()
         if event is not None:
             events.append(event)
@@ -144,7 +153,47 @@ def collect(
 
 def committed(*gtids: Gtid) -> Callable[[list[BinlogEvent]], bool]:
     wanted = set(gtids)
-    return lambda events: wanted <= {e.gtid for e in events if isinstance(e, TxCommit)}
+
+    def done(events: list[BinlogEvent]) -> bool:
+        return wanted <= {e.gtid for e in events if isinstance(e, TxCommit)}
+
+    done.__doc__ = f"the commits of {', '.join(map(str, gtids))}"
+    return done
+
+
+def heartbeat(events: list[BinlogEvent]) -> bool:
+    """a heartbeat"""
+    return any(isinstance(e, Heartbeat) for e in events)
+
+
+def next_returning(stream: BinlogStream, what: str, guard_s: float = TIMEOUT_S) -> BinlogEvent | None:
+    """``stream.next()``, failing (instead of hanging the run) should it not return within ``guard_s``."""
+    result: list[BinlogEvent | None] = []
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            result.append(stream.next())
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=call, name="stream-next", daemon=True)
+    worker.start()
+    worker.join(guard_s)
+    if worker.is_alive():
+        pytest.fail(f"hang guard: stream.next() blocked for {guard_s:.0f}s; awaited {what}", pytrace=False)
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
+def server_now(conn: pymysql.connections.Connection) -> int:
+    """The server's clock, in the whole seconds a binlog event carries."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT UNIX_TIMESTAMP()")
+        row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def check_well_formed(events: Sequence[BinlogEvent]) -> None:
@@ -213,22 +262,28 @@ def test_stream_yields_each_transaction_normalised_in_order(
         commit(pair, conn, "CREATE TABLE other (id INT PRIMARY KEY, v INT)")
         pair.wait_replicated(conn)
         start = replica_executed(pair)
-        t1 = commit(
-            pair,
-            conn,
-            "INSERT INTO items VALUES (1, 'a', 1)",
-            "INSERT INTO items VALUES (2, 'b', 2), (3, 'c', 3)",
+        # The primary's clock before each transaction and once the replica has it: its rows' source_ts,
+        # the time its statements ran, lies in between (whichever server stamped the replica's binlog).
+        clock: dict[Gtid, tuple[int, int]] = {}
+
+        def timed(*statements: str) -> Gtid:
+            before = server_now(conn)
+            gtid = commit(pair, conn, *statements)
+            pair.wait_replicated(conn)
+            clock[gtid] = (before, server_now(conn))
+            return gtid
+
+        t1 = timed(
+            "INSERT INTO items VALUES (1, 'a', 1)", "INSERT INTO items VALUES (2, 'b', 2), (3, 'c', 3)"
         )
-        t2 = commit(pair, conn, "UPDATE items SET qty = 20 WHERE id = 2")
-        t3 = commit(pair, conn, "UPDATE items SET id = 30 WHERE id = 3")
-        t4 = commit(pair, conn, "DELETE FROM items WHERE id = 1")
-        t5 = commit(pair, conn, "INSERT INTO other VALUES (1, 1)")
+        t2 = timed("UPDATE items SET qty = 20 WHERE id = 2")
+        t3 = timed("UPDATE items SET id = 30 WHERE id = 3")
+        t4 = timed("DELETE FROM items WHERE id = 1")
+        t5 = timed("INSERT INTO other VALUES (1, 1)")
         alter = "ALTER TABLE items ADD COLUMN note VARCHAR(10) NULL"
-        t6 = commit(pair, conn, alter)
-        t7 = commit(pair, conn, "INSERT INTO items (id, name, qty, note) VALUES (4, 'd', 4, 'new')")
-        pair.wait_replicated(conn)
+        t6 = timed(alter)
+        t7 = timed("INSERT INTO items (id, name, qty, note) VALUES (4, 'd', 4, 'new')")
     stream = open_stream(start, items, heartbeat_s=HEARTBEAT_S)
-    began = time.time()
     events = collect(stream, committed(t7))
     check_well_formed(events)
 
@@ -259,21 +314,22 @@ def test_stream_yields_each_transaction_normalised_in_order(
         RowChange(t7, items, "c", (4,), None, {**row(4, "d", 4), "note": "new"}),
         TxCommit(t7),
     ]
-    stamps = [e.source_ts for e in events if isinstance(e, RowChange) and e.table == items]
-    assert all(began - 300 <= ts <= time.time() + 5 for ts in stamps), stamps
+    stamps = [(e.gtid, e.source_ts) for e in events if isinstance(e, RowChange) and e.gtid in clock]
+    assert len(stamps) == 7, stamps
+    outside = [(str(g), ts, clock[g]) for g, ts in stamps if not clock[g][0] <= ts <= clock[g][1]]
+    assert not outside, f"source_ts outside the primary's clock around its transaction: {outside}"
     assert all(gtid in stream.processed for gtid in (t1, t2, t3, t4, t5, t6, t7))
     assert start <= stream.processed
 
-    # Idle: a heartbeat comes, naming a committed transaction, and next() returns promptly.
-    waited = time.monotonic()
-    beats = collect(stream, lambda evs: any(isinstance(e, Heartbeat) for e in evs), timeout=10 * HEARTBEAT_S)
+    # Idle: a heartbeat comes and names a committed transaction; next() returns (None or a heartbeat,
+    # or another test run's transaction) rather than blocking.
+    beats = collect(stream, heartbeat, awaiting="a heartbeat on the idle stream")
     beat = next(e for e in beats if isinstance(e, Heartbeat))
-    assert beat.last_gtid is not None and beat.last_gtid in stream.processed
-    assert time.monotonic() - waited < 4 * HEARTBEAT_S + 1
+    assert beat.last_gtid is not None and beat.last_gtid in stream.processed, (beat, stream.processed)
+    ours = set(clock)
     for _ in range(3):
-        asked = time.monotonic()
-        stream.next()
-        assert time.monotonic() - asked < 2 * HEARTBEAT_S + 1
+        got = next_returning(stream, "None or a Heartbeat from an idle stream")
+        assert got is None or isinstance(got, Heartbeat) or got.gtid not in ours, got
 
 
 def test_ddl_names_its_tables_and_is_its_own_transaction(
@@ -487,7 +543,7 @@ def test_a_connection_killed_between_transactions_resumes_after_the_last_commit(
     stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S)
     events = collect(stream, committed(big))
     assert kill_dump(pair, stream.dump_connection_id)
-    events += collect(stream, lambda _: stream.reconnects >= 1, timeout=10)
+    events += collect(stream, lambda _: stream.reconnects >= 1, awaiting="a reconnect after the KILL")
     smalls = write_smalls(pair, fresh_db)  # written after the kill: they come over the new connection
     events += collect(stream, committed(*smalls))
     check_exactly_once(events, big, smalls)
@@ -516,24 +572,15 @@ def test_repeated_kills_inside_one_transaction(
     check_exactly_once(events, big, smalls)
 
 
-def test_decode_rate_of_a_big_transaction(
+def test_a_big_transaction_streams_whole_without_a_kill(
     pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
 ) -> None:
+    """The baseline of the kill tests above. How fast it decodes is measured by scripts/bench (part b),
+    not here: a test asserting a rate fails on a loaded machine and proves nothing about correctness."""
     start, big, smalls = write_big_then_small(pair, fresh_db)
     stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S)
-    times: dict[str, float] = {}
-
-    def on_event(event: BinlogEvent) -> None:
-        if event == TxBegin(big):
-            times["begin"] = time.perf_counter()
-        elif event == TxCommit(big):
-            times["commit"] = time.perf_counter()
-
-    events = collect(stream, committed(*smalls), on_event=on_event)
+    events = collect(stream, committed(*smalls))
     check_exactly_once(events, big, smalls)
-    rate = BIG_ROWS / (times["commit"] - times["begin"])
-    print(f"\n{pair.flavor}: {BIG_ROWS} rows in {times['commit'] - times['begin']:.3f}s = {rate:,.0f} rows/s")
-    assert rate > 500
 
 
 # --------------------------------------------------------------------------- restart
@@ -604,9 +651,15 @@ def test_an_error_while_normalising_loses_nothing(pair: ReplicaPair, fresh_db: s
     stream = BinlogStream(reader_settings(pair), flavor(pair), start, flaky, heartbeat_s=HEARTBEAT_S)
     events: list[BinlogEvent] = []
     errors = 0
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + TIMEOUT_S  # a hang guard
     try:
-        while not committed(gtids[-1])(events) and time.monotonic() < deadline:
+        while not committed(gtids[-1])(events):
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"hang guard: {TIMEOUT_S:.0f}s passed awaiting the commit of {gtids[-1]}; "
+                    f"{errors} schema errors, the last events: {events[-5:]}",
+                    pytrace=False,
+                )
             try:
                 event = stream.next()
             except RuntimeError:
@@ -659,7 +712,7 @@ def test_tls_is_used_as_configured(pair: ReplicaPair) -> None:
         (dataclasses.replace(plain, tls=TlsMode.REQUIRED, ca=Path(datadir) / ssl_ca), True),
     ]:
         with BinlogStream(settings, flavor(pair), replica_executed(pair), lambda _: None) as stream:
-            assert collect(stream, lambda evs: bool(evs), timeout=10)
+            assert collect(stream, lambda evs: bool(evs), awaiting=f"a first event with tls {settings.tls}")
             with pair.connect(pair.replica_port) as admin, admin.cursor() as cur:
                 cur.execute(
                     "SELECT s.VARIABLE_VALUE FROM performance_schema.threads t JOIN "
@@ -684,28 +737,40 @@ def free_port() -> int:
 
 
 def test_an_unreachable_source_is_retried_then_reported(pair: ReplicaPair) -> None:
+    """While it retries, next() returns None (every heartbeat_s) instead of raising; once it has failed
+    for retry_for_s it raises a retryable SourceError naming the source. Only bounds that load cannot
+    break are checked: it gave up no sooner than retry_for_s (a lower bound) and it did give up (a hang
+    guard). Connection refused comes at once, so many retries fit in retry_for_s, far above the 2 asked."""
     settings = reader_settings(pair, port=free_port())
+    retry_for_s = 3.0
     stream = BinlogStream(
         settings,
-        pair.flavor,
+        flavor(pair),
         replica_executed(pair),
         lambda _: None,
         heartbeat_s=0.3,
-        retry_for_s=1.5,
+        retry_for_s=retry_for_s,
     )
     began = time.monotonic()
     nones = 0
     try:
         with pytest.raises(SourceError) as failed:
-            while time.monotonic() - began < 20:
+            while True:
+                if time.monotonic() - began > TIMEOUT_S:
+                    pytest.fail(
+                        f"hang guard: {TIMEOUT_S:.0f}s passed awaiting the SourceError of an unreachable "
+                        f"source retried for {retry_for_s}s; next() returned None {nones} times, "
+                        f"{stream.reconnects} reconnects",
+                        pytrace=False,
+                    )
                 assert stream.next() is None
                 nones += 1
     finally:
         stream.close()
     assert failed.value.retryable and not isinstance(failed.value, FatalSourceError)
     assert settings.describe() in str(failed.value)
-    assert nones >= 2 and stream.reconnects >= 2
-    assert 1.5 <= time.monotonic() - began < 15
+    assert nones >= 2 and stream.reconnects >= 2, (nones, stream.reconnects)
+    assert time.monotonic() - began >= retry_for_s
 
 
 # --------------------------------------------------------------------------- statement parsing

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -257,17 +257,31 @@ def check_output(spark: SparkSession, pair: ReplicaPair, db: str, root: str) -> 
 
 # ----------------------------------------------------------------------------- random kills
 
+BATCH_LINE = re.compile(r"gtidsnap\.sinks\.delta: batch (\d+): \d+ records of (\d+) tables")
+OPEN_LINE = re.compile(
+    r"gtidsnap\.sinks\.delta: Delta sink at .* open: checkpoint at batch \S+, next batch (\d+)"
+)
+KILLS_WANTED = 3
+STARTS_AT_MOST = 20  # a bound on the number of runs: each start is a JVM (tens of seconds)
 
-def wait_for_line(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float = 120) -> bool:
-    """Wait until ``text`` is in the log (True) or the process has ended (False)."""
-    deadline = time.monotonic() + timeout
+
+def committed_batches(log: str) -> list[tuple[int, int]]:
+    """(batch, number of tables) of each batch a run finished writing, in order, from its own log (the
+    sink logs ``batch N: R records of K tables`` once every table of the batch is written)."""
+    return [(int(m[1]), int(m[2])) for m in BATCH_LINE.finditer(log)]
+
+
+def wait_for_log(proc: subprocess.Popen[bytes], log: Path, done: Callable[[str], bool], what: str) -> bool:
+    """Wait until ``done(log text)`` (True) or the process has ended (False); the time bound is a hang
+    guard, failing with what was awaited and the log's tail."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
     while time.monotonic() < deadline:
-        if text in read(log):
+        if done(read(log)):
             return True
         if proc.poll() is not None:
             return False
         time.sleep(0.1)
-    pytest.fail(f"no {text!r} within {timeout:.0f}s:\n{tail(read(log))}")
+    pytest.fail(f"hang guard: {RUN_TIMEOUT_S:.0f}s passed awaiting {what}:\n{tail(read(log))}")
 
 
 def test_kill_9_at_random_moments_then_restart(
@@ -275,7 +289,13 @@ def test_kill_9_at_random_moments_then_restart(
 ) -> None:
     """Scenario 19 with the Delta sink: the CLI (and its JVM) is killed at random moments after its sink
     opened, mostly inside Delta commits of two tables, while a writer runs; each restart recovers and
-    resumes; the final Delta output is complete, has every record once, and never went back."""
+    resumes; the final Delta output is complete, has every record once, and never went back.
+
+    A kill lands only if the run is still going, and how long a run lasts depends on the machine and its
+    load (a resumed run that has only the writer's backlog to catch up commits one batch and ends), so
+    runs start again until KILLS_WANTED kills have landed mid-run, at most STARTS_AT_MOST starts. The
+    moment: a random instant of the first seconds after the sink opened, when its first batch commits
+    (a cold Delta commit of two tables takes several seconds)."""
     pair, db = mariadb_pair, maria_db
     for t in TABLES:
         create_table(pair, db, t, 300)
@@ -285,95 +305,197 @@ def test_kill_9_at_random_moments_then_restart(
     writer = Writer(pair, db, list(TABLES), seed=17, transactions=100_000, pause_s=0.1).start()
     rnd = random.Random(23)
     kills: list[str] = []  # where each kill landed, by the run's own log
+    finished: list[int] = []  # runs that ended on their own before their kill
     try:
-        for _ in range(8):
-            if len(kills) >= 3:
-                break
+        while len(kills) < KILLS_WANTED:
+            assert cli.runs < STARTS_AT_MOST, (
+                f"only {len(kills)} of {KILLS_WANTED} kills landed mid-run in {cli.runs} starts "
+                f"(runs {finished} ended first): {kills}"
+            )
             proc, log = cli.start()
             try:
-                if wait_for_line(proc, log, "Delta sink at "):
-                    time.sleep(rnd.uniform(0.0, 16.0))
+                if wait_for_log(proc, log, lambda text: "Delta sink at " in text, "the sink to open"):
+                    time.sleep(rnd.uniform(0.0, 8.0))  # a random instant, mostly inside the first commit
                 if proc.poll() is None:
                     kill_group(proc)
                     text = read(log)
                     kills.append(
                         f"run {cli.runs}: {text.count(' undone back to version ')} tables undone at open, "
-                        f"{text.count('gtidsnap.sinks.delta: batch ')} batches committed before the kill"
+                        f"{len(committed_batches(text))} batches committed before the kill"
                     )
                 else:
                     assert proc.returncode == 0, tail(read(log))
+                    finished.append(cli.runs)
             finally:
                 kill_group(proc)
     finally:
         writer.stop()
     writer.join()
-    assert len(kills) >= 3, f"only {len(kills)} kills landed mid-run: {kills}"
     code, final_log = cli.run(GTIDSNAP_SINK_BATCH_MS="5000")
     assert code == 0, tail(final_log)
 
     histories = {name: history(path) for name, path in delta_tables(cli.root, db).items()}
     undos = check_batches(histories)
     count = check_output(spark, pair, db, cli.root)
-    print(f"kills: {kills}; undo commits: {undos}; records: {count}")
+    print(f"kills: {kills}; runs that ended first: {finished}; undo commits: {undos}; records: {count}")
 
 
 # ----------------------------------------------------------------------------- precise crashes
 
 ALL = frozenset({"a", "a.changelog", "b", "b.changelog"})
+# How much of the table at the crash's pass a crash point leaves written (the tables before it in the
+# batch are whole): a batch writes its tables in sorted order, each its mirror, then its changelog.
+WRITTEN_AT_PASS = {
+    "delta-before-table": (),
+    "delta-after-mirror": ("",),
+    "delta-after-changelog": ("", ".changelog"),
+}
+RUNS_PER_STEP = 3  # a crash can land outside its step's intent (see landing()); it is then tried again
 
-# One run per crash, each run first recovering from the crash before (a JVM start costs seconds: this
-# takes 5 runs where a fresh start per crash would take 8). Each batch holds a and b (sorted: a's
-# mirror, a's changelog, b's ...): the writer touches both all the time. The instants of a commit are
-# then: after a's mirror, after a's changelog = before b, after b's mirror, after b's changelog =
-# between commit and checkpoint ("before a" leaves nothing to undo; "delta-after-changelog:1" is the
-# instant of "delta-before-table:2"). Checkpoint passes also count empty commits: a resumed run makes
-# one at once, before its first batch.
+# One run per crash, each run first recovering from the crash before (a JVM start costs seconds). How
+# many tables a batch holds depends on timing (writer pace, batch_ms, chunk delay, load), so what a crash
+# leaves is derived from facts instead (landing()): the run's log names the batch it starts at and the
+# batches it finished, with how many tables each held, so the batch and the pass a crash cut are counted;
+# the writer changes both tables in every transaction (a batch with any writer transaction holds both).
+# Each step wants one landing (a batch left on these tables); should its crash fall elsewhere (a batch of
+# only snapshot rows before it), the landing is checked all the same and the step runs again.
 STEPS = [
-    # (crash point, N, Delta tables holding the crashed batch, the batch before it was checkpointed)
-    ("delta-after-mirror", 1, {"a"}, False),  # first batch: a's mirror; its changelog not even created
-    ("delta-before-table", 2, {"a", "a.changelog"}, False),  # a written, b not
-    ("delta-after-mirror", 4, {"a", "a.changelog", "b"}, True),  # second batch, over the first's rows
-    ("between-commit-and-checkpoint", 2, ALL, False),  # the whole batch
+    # (crash, the Delta tables holding the crashed batch that the step is after, on rows committed before)
+    ("delta-after-mirror:1", {"a"}, False),  # first batch: a's mirror; its changelog not even created
+    ("delta-before-table:2", {"a", "a.changelog"}, False),  # a written, b not
+    ("delta-after-mirror:4", {"a", "a.changelog", "b"}, True),  # a later batch, over committed rows
+    ("between-commit-and-checkpoint:2", ALL, False),  # the whole batch
 ]
+
+
+@dataclass(frozen=True)
+class Landing:
+    """Where a crash fell: the batch it cut, the tables that batch must be on (derived from facts, see
+    :func:`landing`), the tables it is on (table -> its version), and how that was derived."""
+
+    crash: str
+    checkpoint_batch: int
+    batch: int
+    expected: frozenset[str]
+    holding: dict[str, int]
+    how: str
+
+
+def batch_holders(histories: dict[str, list[tuple[int, str, dict[str, Any]]]], batch: int) -> dict[str, int]:
+    return {
+        name: version
+        for name, commits in histories.items()
+        for version, _, meta in commits
+        if meta.get("gtidsnap_batch") == batch
+    }
+
+
+def whole(tables: Iterable[str]) -> frozenset[str]:
+    return frozenset(name for t in tables for name in (t, f"{t}.changelog"))
+
+
+def landing(cli: DeltaCli, crash: str, log: str, paths: dict[str, str]) -> Landing:
+    """What the crash ``crash`` (name:N) left, from the run's log, the checkpoint and the Delta log.
+
+    The run's log says which batch number it starts at (``next batch Y`` when the sink opens) and which
+    batches it finished, with their table counts. Per-table points: the finished batches account for
+    sum(K) passes, so the crash cut batch B = Y + (batches finished) at its pass j = N - sum(K), after
+    B's first j - 1 tables: with j = 2, B holds both tables (a, then b); with j = 1 in a fresh run's
+    first batch, B holds a (the first record of a run is a's first chunk or a writer transaction, which
+    writes both tables); otherwise (j = 1 after a batch of one table) which table is first is not known
+    and only the shape is checked. ``between-commit-and-checkpoint``: B is the finished batch beyond the
+    checkpoint, whole (its table count from its log line); if there is none, the pass was an empty
+    commit and no table holds a batch beyond the checkpoint."""
+    point, nth = crash.rsplit(":", 1)
+    checkpoint_batch = int(cli.checkpoint["sink_position"]["delta_batch"])
+    opened = OPEN_LINE.search(log)
+    assert opened is not None, f"{crash}: the run never opened its sink:\n{tail(log)}"
+    first_batch = int(opened[1])
+    done = committed_batches(log)
+    assert [number for number, _ in done] == list(range(first_batch, first_batch + len(done))), (
+        f"{crash}: the run started at batch {first_batch} and finished {done}"
+    )
+    histories = {name: history(path) for name, path in paths.items()}
+    for number, tables in done:  # what the log says was finished is on the tables, whole
+        held = set(batch_holders(histories, number))
+        assert len(held) == 2 * tables and held == whole(h for h in held if "." not in h), (
+            f"{crash}: batch {number} ({tables} tables by the log) is on {sorted(held)}"
+        )
+    if point == "between-commit-and-checkpoint":
+        unsaved = [(number, tables) for number, tables in done if number > checkpoint_batch]
+        assert unsaved in ([], done[-1:]), f"{crash}: finished {done}, checkpoint at {checkpoint_batch}"
+        if unsaved:
+            batch, tables = unsaved[0]
+            found = sorted(name for name in batch_holders(histories, batch) if "." not in name)
+            expected = ALL if tables == len(TABLES) else whole(found[:1])
+            how = f"after batch {batch} of {tables} tables"
+        else:
+            batch, expected, how = first_batch + len(done), frozenset(), "after an empty commit"
+    else:
+        batch = first_batch + len(done)
+        assert not done or checkpoint_batch == batch - 1, (
+            f"{crash}: batch {batch - 1} finished, the checkpoint is at {checkpoint_batch}"
+        )
+        j = int(nth) - sum(tables for _, tables in done)
+        assert 1 <= j <= len(TABLES), f"{crash}: pass {j} of batch {batch}, after finished batches {done}"
+        how = f"pass {j} of batch {batch}, after {len(done)} finished batches of this run"
+        part = WRITTEN_AT_PASS[point]
+        if j == len(TABLES) or (j == 1 and first_batch == 1 and cli.runs == 1):
+            first = TABLES[:j]
+        else:  # j == 1 in a later batch (one after a batch of one table): its first table is not known
+            mirrors = sorted(name for name in batch_holders(histories, batch) if "." not in name)
+            first = tuple(mirrors[:1]) or TABLES[:1]
+            if part:
+                how += " (which table it wrote first is not known: only the shape is checked)"
+        expected = whole(first[:-1]) | {f"{first[-1]}{suffix}" for suffix in part}
+    top = max((m.get("gtidsnap_batch", 0) for c in histories.values() for _, _, m in c), default=0)
+    assert top <= batch, f"{crash} ({how}): batch {top} was written, beyond the cut batch {batch}"
+    return Landing(crash, checkpoint_batch, batch, frozenset(expected), batch_holders(histories, batch), how)
 
 
 def test_kill_9_at_each_point_of_a_delta_commit(
     mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path, spark: SparkSession
 ) -> None:
     """Runs SIGKILL themselves at each instant of a Delta commit (GTIDSNAP_TEST_CRASH_AT), in turn, while
-    a writer runs. Each crash leaves its batch on exactly the tables intended; the next start undoes it
-    on exactly those, each in one commit that puts back the rows of the version before it (read back by
-    time travel), and never reuses its number; the last run finishes and the output is exact."""
+    a writer runs. Each crash leaves its batch on exactly the tables written before the kill; the next
+    start undoes it on exactly those, each in one commit that puts back the rows of the version before it
+    (read back by time travel), and never reuses its number; the last run finishes and the output is
+    exact."""
     pair, db = mariadb_pair, maria_db
     for t in TABLES:
         create_table(pair, db, t, 200)
-    # chunks 100 ms apart: a snapshot (redone from scratch while the checkpoint has none) outlasts the
-    # first batch, so a run has a second one
+    # chunks 100 ms apart: a snapshot (redone from scratch while the checkpoint has none) spans batches
     cli = DeltaCli(
         pair, db, tmp_path, {"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20", "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100"}
     )
     paths = delta_tables(cli.root, db)
-    writer = Writer(pair, db, list(TABLES), seed=29, transactions=100_000, pause_s=0.2).start()
-    crashes: list[tuple[str, int, dict[str, int]]] = []  # (crash, checkpoint batch, table -> version)
+    writer = Writer(
+        pair, db, list(TABLES), seed=29, transactions=100_000, pause_s=0.2, every_table=True
+    ).start()
+    landings: list[Landing] = []
     try:
-        for point, nth, crashed, after_checkpointed in STEPS:
-            crash = f"{point}:{nth}"
-            code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash)
-            assert code == -signal.SIGKILL, f"the run did not die at {crash}: exit {code}\n{tail(log)}"
-            checkpoint_batch = cli.checkpoint["sink_position"]["delta_batch"]
-            histories = {name: history(path) for name, path in paths.items()}
-            batch = max(m.get("gtidsnap_batch", 0) for c in histories.values() for _, _, m in c)
-            assert batch > checkpoint_batch, f"{crash}: no batch beyond the checkpoint's {checkpoint_batch}"
-            holding = {
-                name: version
-                for name, commits in histories.items()
-                for version, _, meta in commits
-                if meta.get("gtidsnap_batch") == batch
-            }
-            assert set(holding) == crashed, f"{crash}: batch {batch} reached {sorted(holding)}"
-            if after_checkpointed:
-                assert checkpoint_batch == batch - 1, f"{crash}: batch {batch - 1} was not checkpointed"
-            crashes.append((crash, checkpoint_batch, holding))
+        for crash, intended, over_committed_rows in STEPS:
+            tried: list[str] = []
+            for _ in range(RUNS_PER_STEP):
+                code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash)
+                if code == 0:  # the run finished before its crash point's pass came
+                    tried.append(f"run {cli.runs} finished")
+                    continue
+                assert code == -signal.SIGKILL, f"the run did not die at {crash}: exit {code}\n{tail(log)}"
+                where = landing(cli, crash, log, paths)
+                assert set(where.holding) == where.expected, (
+                    f"{crash} ({where.how}): batch {where.batch} reached {sorted(where.holding)}, "
+                    f"not {sorted(where.expected)}"
+                )
+                landings.append(where)
+                tried.append(f"run {cli.runs}: {where.how}: {sorted(where.holding)}")
+                if where.expected == intended and (
+                    not over_committed_rows
+                    or all(rows_at(paths[name], v - 1) for name, v in where.holding.items())
+                ):
+                    break
+            else:
+                pytest.fail(f"{crash} never landed on {sorted(intended)} in {RUNS_PER_STEP} runs: {tried}")
     finally:
         writer.stop()
     writer.join()
@@ -381,18 +503,18 @@ def test_kill_9_at_each_point_of_a_delta_commit(
     assert code == 0, tail(log)
 
     histories = {name: history(path) for name, path in paths.items()}
-    for crash, checkpoint_batch, holding in crashes:
-        for name, version in holding.items():
+    for where in landings:
+        for name, version in where.holding.items():
             undo = {v: (op, meta) for v, op, meta in histories[name]}.get(version + 1)
-            wanted = {"gtidsnap_undo": {"to_version": version - 1, "checkpoint_batch": checkpoint_batch}}
+            wanted = {
+                "gtidsnap_undo": {"to_version": version - 1, "checkpoint_batch": where.checkpoint_batch}
+            }
             assert undo is not None and undo[1] == wanted, (
-                f"{crash}: {name} v{version + 1} is {undo}, not the undo"
+                f"{where.crash}: {name} v{version + 1} is {undo}, not the undo"
             )
-            before = rows_at(paths[name], version - 1)
-            assert rows_at(paths[name], version + 1) == before, (
-                f"{crash}: the undo of {name} did not put back the rows of its version {version - 1}"
+            assert rows_at(paths[name], version + 1) == rows_at(paths[name], version - 1), (
+                f"{where.crash}: the undo of {name} did not put back the rows of its version {version - 1}"
             )
-            if crash == "delta-after-mirror:4":
-                assert before, f"{crash}: {name} had rows before the crashed batch (its undo restores them)"
     check_batches(histories)
     check_output(spark, pair, db, cli.root)
+    print("crashes: " + "; ".join(f"{w.crash} ({w.how}): {sorted(w.holding)}" for w in landings))
