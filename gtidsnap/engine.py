@@ -484,7 +484,8 @@ class Engine:
             condition = progress.condition  # checked by the chunk SQL: FilterError fails the snapshot
             if not progress.started:
                 max_key = self.replica.max_key(schema, condition)
-                progress = replace(progress, started=True, max_key=max_key, done=max_key is None)
+                fresh = self.context.first_snapshot(progress.table)
+                progress = replace(progress, started=True, max_key=max_key, done=max_key is None, fresh=fresh)
                 self.context = self.context.update(progress) if not progress.done else self._finish(progress)
                 if progress.done:
                     log.info("%s is empty: snapshot done", progress.table)
@@ -554,6 +555,7 @@ class Engine:
         elif isinstance(event, SchemaChange):
             for table in event.tables:
                 self._schemas.pop(table, None)  # read again, with the new shape, when next needed
+            self._unfresh(event.tables)
 
     def _emit(self, outputs: Iterable[WindowOutput]) -> None:
         records: list[Record] = []
@@ -572,6 +574,15 @@ class Engine:
             self.stats.records += len(records)
         if self._window is not None and self._window.done:
             self._drop_window()
+
+    def _unfresh(self, tables: Iterable[TableId]) -> None:
+        """A DDL of a table being snapshotted may change its key order (a collation, a type): the
+        rest of that snapshot goes to a Delta mirror by merge, never as appends."""
+        progress = self.context.current()
+        if progress is not None and progress.fresh and progress.table in set(tables):
+            self.context = self.context.update(replace(progress, fresh=False))
+            if self._chunk is not None and self._chunk[0].table == progress.table:
+                self._chunk = (replace(self._chunk[0], fresh=False), *self._chunk[1:])
 
     def _drop_window(self) -> None:
         """The window is closed (emitted or discarded) or abandoned: count how long it waited."""
@@ -616,12 +627,15 @@ class Engine:
                 self._next_seq(),
                 True,
                 now,
+                progress.fresh,
             )
             for _, row in chunk.rows
         ]
         progress = replace(
             progress, last_key=last_raw_key, chunks=progress.chunks + 1, rows=progress.rows + len(records)
         )
+        if records:
+            self.context = self.context.emitted(chunk.table)
         self.context = self._finish(progress) if count < limit else self.context.update(progress)
         self.stats.chunks += 1
         self.stats.snapshot_rows += len(records)

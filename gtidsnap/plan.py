@@ -87,6 +87,9 @@ class TableProgress:
     rows: int = 0
     condition: str | None = None
     error: str | None = None
+    # Its rows may reach a Delta mirror as plain appends: when it started, no snapshot of the table had
+    # emitted rows into this output, and no DDL of the table has been seen since (see sinks.mirror_route).
+    fresh: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +102,7 @@ class TableProgress:
             "rows": self.rows,
             "condition": self.condition,
             "error": self.error,
+            "fresh": self.fresh,
         }
 
     @classmethod
@@ -113,6 +117,7 @@ class TableProgress:
             rows=int(data["rows"]),
             condition=data.get("condition"),
             error=data.get("error"),
+            fresh=bool(data.get("fresh", False)),
         )
 
 
@@ -122,6 +127,19 @@ class SnapshotContext:
 
     tables: tuple[TableProgress, ...] = field(default=())
     paused: bool = False
+    # Tables any snapshot emitted rows for, in this output (stopped snapshots included). None: a
+    # checkpoint written before this was kept, so every table counts as snapshotted.
+    snapshotted: frozenset[TableId] | None = frozenset()
+
+    def first_snapshot(self, table: TableId) -> bool:
+        """Has no snapshot emitted rows of ``table`` into this output yet (as far as is known)?"""
+        return self.snapshotted is not None and table not in self.snapshotted
+
+    def emitted(self, table: TableId) -> SnapshotContext:
+        """Note that a snapshot emitted rows of ``table``."""
+        if self.snapshotted is None or table in self.snapshotted:
+            return self
+        return replace(self, snapshotted=self.snapshotted | {table})
 
     def current(self) -> TableProgress | None:
         return next((t for t in self.tables if not t.done), None)
@@ -149,11 +167,18 @@ class SnapshotContext:
         return replace(self, tables=kept)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tables": [t.to_json() for t in self.tables], "paused": self.paused}
+        snapshotted = None if self.snapshotted is None else sorted(str(t) for t in self.snapshotted)
+        return {
+            "tables": [t.to_json() for t in self.tables],
+            "paused": self.paused,
+            "snapshotted": snapshotted,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SnapshotContext:
+        names = data.get("snapshotted")
         return cls(
             tables=tuple(TableProgress.from_json(t) for t in data.get("tables", [])),
             paused=bool(data.get("paused", False)),
+            snapshotted=None if names is None else frozenset(TableId.parse(n) for n in names),
         )

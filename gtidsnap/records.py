@@ -30,6 +30,9 @@ class Record:
     seq: int
     snapshot: bool
     source_ts: int
+    # A row of a table's first snapshot into this output (TableProgress.fresh): a Delta mirror may
+    # append it instead of merging it. Not part of the JSON-lines record.
+    fresh: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
