@@ -4,7 +4,12 @@ Measures, per flavour (MariaDB, MySQL), on tables of ``--rows`` rows (BIGINT key
 DATETIME, DECIMAL(12,2), TEXT) in the database ``bench`` (loaded once, reused):
 
   a. snapshot rows/s into JSON lines and into Delta (the real CLI) against a bare PyMySQL keyset scan
-     (the limit), a writer changing ~1,000 rows/s on the primary meanwhile -> ratios;
+     (the limit), a writer changing ~1,000 rows/s on the primary meanwhile -> ratios; the Delta run
+     also against Spark's own append of the same rows (read once more, converted to Arrow by
+     gtidsnap's Delta code with the mirror's meta columns) into a fresh Delta table, in batches of
+     the default ``sink.batch_rows``, in a SparkSession built as gtidsnap builds its own: only
+     ``createDataFrame`` + the append timed (after a warm-up), rows/s and CPU seconds of this
+     process and its JVM -> ratio_delta_to_spark_append;
   b. binlog streaming rows/s of ``--rows`` row changes into JSON lines and into Delta (the real CLI)
      against a bare python-mysql-replication decode of the same changes (the limit) -> ratios;
   c. binlog pause per chunk minus the chunk SELECT's own time, p50 and p99 (in process);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,18 +58,44 @@ _spark: SparkSession | None = None
 
 
 def spark() -> SparkSession:
-    """The bench's one SparkSession, for reading Delta output (pre-resolved jars, nothing downloaded)."""
+    """The bench's one SparkSession (reading f.'s Delta output, a.'s Spark append), built as gtidsnap
+    builds its own: ``build_spark_session`` on the default ``sink.spark_master``, the pre-resolved jars
+    (nothing downloaded). Stop it with :func:`stop_spark` before a gtidsnap run needs the memory."""
     global _spark
     if _spark is None:
+        from gtidsnap.config import DEFAULTS
         from gtidsnap.spark_session import build_spark_session
 
-        _spark = build_spark_session(app_name="gtidsnap-bench-read")
+        _spark = build_spark_session(app_name="gtidsnap-bench", master=str(DEFAULTS["sink"]["spark_master"]))
         _spark.sparkContext.setLogLevel("WARN")
     return _spark
 
 
 def stop_spark() -> None:
+    """Stop the bench's SparkSession and end its JVM: ``SparkSession.stop`` alone leaves PySpark's
+    gateway JVM running (heap and all) for the next session; the gtidsnap runs after it should not
+    share the machine with it. The JVM exits when its stdin closes; the next :func:`spark` starts
+    another."""
     global _spark
-    if _spark is not None:
-        _spark.stop()
-        _spark = None
+    if _spark is None:
+        return
+    from pyspark import SparkContext
+
+    _spark.stop()
+    _spark = None
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if proc is not None:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            log.warning("the bench's Spark JVM (pid %d) did not exit; killing it", proc.pid)
+            proc.kill()
+            proc.wait()

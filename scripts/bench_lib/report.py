@@ -64,10 +64,26 @@ def _share(value: Any) -> str:
     return _num(value, 2)
 
 
-def _rate(part: dict[str, Any], key: str) -> str:
+def _rate(part: dict[str, Any], key: str, *ratios: str) -> str:
+    """rows/s of ``part[key]`` (``*`` when stopped at the timeout) and its ratios (default ``ratio_<key>``;
+    "-" for one the result does not have, e.g. from before it was measured)."""
     run = part.get(key) or {}
     mark = "*" if run.get("timed_out") else ""
-    return f"{_num(run.get('rows_per_s'))}{mark} ({_share(part.get(f'ratio_{key}'))})"
+    shares = " / ".join(_share(part.get(r)) for r in ratios or (f"ratio_{key}",))
+    return f"{_num(run.get('rows_per_s'))}{mark} ({shares})"
+
+
+def _spark_append(part: dict[str, Any]) -> dict[str, Any] | None:
+    """a.'s Spark append, if this result measured it and it did not fail."""
+    append = part.get("spark_append")
+    return append if isinstance(append, dict) and "error" not in append else None
+
+
+def _append_cell(part: dict[str, Any]) -> str:
+    append = _spark_append(part)
+    if append is None:
+        return DASH
+    return f"{_num(append.get('rows_per_s'))} ({_num(append.get('cpu_s'), 1)})"
 
 
 Row = tuple[str, Callable[[dict[str, Any]], str]]
@@ -92,7 +108,14 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             get("a", lambda p: _num(p["bare_rows_per_s"])),
         ),
         (f"a. snapshot {ARROW} JSON lines, rows/s (ratio to limit)", get("a", lambda p: _rate(p, "jsonl"))),
-        (f"a. snapshot {ARROW} Delta, rows/s (ratio to limit)", get("a", lambda p: _rate(p, "delta"))),
+        (
+            f"a. limit: Spark's append of the {rows} rows from Arrow into Delta, rows/s (CPU s)",
+            get("a", _append_cell),
+        ),
+        (
+            f"a. snapshot {ARROW} Delta, rows/s (ratio to bare scan / to Spark append)",
+            get("a", lambda p: _rate(p, "delta", "ratio_delta", "ratio_delta_to_spark_append")),
+        ),
         (
             f"b. limit: bare binlog decode of {rows} row changes, rows/s",
             get("b", lambda p: _num(p["bare_rows_per_s"])),
@@ -178,6 +201,13 @@ def markdown(result: dict[str, Any], compare: dict[str, Any] | None = None, head
         for p in PARTS
         if isinstance(r.get(p), dict) and "error" in r[p]
     ]
+    errors += [
+        f"- {NAMES.get(f, f)} a (Spark append): {r['a']['spark_append']['error']}"
+        for f, r in result["results"].items()
+        if isinstance(r.get("a"), dict)
+        and isinstance(r["a"].get("spark_append"), dict)
+        and "error" in r["a"]["spark_append"]
+    ]
     if errors:
         lines += ["", "Failed:", *errors]
     return "\n".join(lines) + "\n"
@@ -214,7 +244,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     flavors = [f for f in result["settings"]["flavors"] if f in results]
     fig, axes = plt.subplots(3, 2, figsize=(14, 14))
     fig.suptitle(f"gtidsnap benchmark `{result['label']}`\n{_wrap(describe(result), 150)}", fontsize=9)
-    _throughput(axes[0][0], results, flavors, "a", "a. snapshot: rows/s (bare keyset scan = limit)")
+    _throughput(
+        axes[0][0],
+        results,
+        flavors,
+        "a",
+        "a. snapshot: rows/s (bare keyset scan = limit; Delta also against Spark's append)",
+    )
     _throughput(axes[0][1], results, flavors, "b", "b. binlog streaming: rows/s (bare decode = limit)")
     _pauses(axes[1][0], results, flavors)
     _idle(axes[1][1], results, flavors)
@@ -266,29 +302,33 @@ def _throughput(ax: Any, results: dict[str, Any], flavors: list[str], part: str,
         _empty(ax, title)
         return
     bares = "bare_scans" if part == "a" else "bare_decodes"
-    paths = [("limit (bare)", "grey"), ("JSON lines", "tab:blue"), ("Delta", "tab:orange")]
-    width = 0.25
+    paths = [("limit (bare)", "grey", ""), ("JSON lines", "tab:blue", ""), ("Delta", "tab:orange", "")]
+    appends = {f: _spark_append(d) for f, d in data.items()} if part == "a" else {}
+    if any(appends.values()):  # a. since the Spark append is measured; older results have no such bar
+        paths.append(("limit: Spark append into Delta", "silver", "//"))
+    width = 0.8 / len(paths)
     for i, f in enumerate(data):
         d = data[f]
         limits = [b["rows_per_s"] for b in d[bares]]
+        append = appends.get(f)
         values = [d["bare_rows_per_s"], d["jsonl"]["rows_per_s"], d["delta"]["rows_per_s"]]
-        for j, ((name, color), value) in enumerate(zip(paths, values, strict=True)):
-            x = i + (j - 1) * width
-            ax.bar(x, value, width, color=color, label=name if i == 0 else None)
+        values += [append["rows_per_s"] if append else math.nan] if len(paths) > 3 else []
+        for j, ((name, color, hatch), value) in enumerate(zip(paths, values, strict=True)):
+            x = i + (j - (len(paths) - 1) / 2) * width
+            if math.isnan(value):
+                continue
+            ax.bar(x, value, width, color=color, hatch=hatch, label=name if i == 0 else None)
             if j == 0:
                 ax.errorbar(
                     x, value, yerr=[[value - min(limits)], [max(limits) - value]], color="black", capsize=3
                 )
-            else:
+            elif j in (1, 2):
                 sink = "jsonl" if j == 1 else "delta"
                 mark = "*" if d[sink].get("timed_out") else ""  # stopped at --timeout, unfinished
-                ax.annotate(
-                    f"{_share(d[f'ratio_{sink}'])}{TIMES}{mark}",
-                    (x, value),
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                )
+                text = f"{_share(d[f'ratio_{sink}'])}{TIMES}{mark}"
+                if sink == "delta" and append:
+                    text += f"\n({_share(d.get('ratio_delta_to_spark_append'))}{TIMES} append)"
+                ax.annotate(text, (x, value), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(data)), [NAMES.get(f, f) for f in data])
     _finish(ax, title, None, "rows/s")
 
