@@ -1,0 +1,103 @@
+"""Delta Lake sink: per source table a mirror (current state, merged by key) and a changelog.
+
+Layout under ``sink.path`` (names encoded by :func:`encode_name`: letters, digits, ``_ $ -`` stay,
+any other byte becomes ``~hh``, so ``shop.order-items`` stays readable and no name needs quoting)::
+
+    <path>/<db>/<table>             mirror: the source table's rows + _op, _seq, _gtid, _source_ts;
+                                    Change Data Feed on (delta.enableChangeDataFeed)
+    <path>/<db>/<table>.changelog   changelog (sink.changelog): every record appended, its row
+                                    (the before image for deletes) + _op, _seq, _gtid, _source_ts,
+                                    _snapshot
+
+Mirror rules. A batch (one ``commit``) is reduced to the last record per key (by ``seq``) and MERGEd
+by primary key; a change applies only when its ``_seq`` is greater than the row's, so nothing replayed
+or stale rewinds a row. A delete removes the row. Removing is safe because ``seq`` only grows from
+one batch to the next, except for a record that arrives late *and* stale (never produced by the
+engine): such an insert after a delete would bring the row back. An update that changes the primary
+key deletes the old key and writes the new one (in the changelog it is a ``d`` row with the before
+image and a ``c`` row with the after image, both with the record's ``_seq``, as Debezium does).
+
+Schema changes. New columns are added by the MERGE (``withSchemaEvolution``) and the append
+(``mergeSchema``). A dropped column stays in the Delta tables; rows written after the drop have NULL in
+it. A type change keeps the Delta type when it still holds every value, widens the column (Delta
+type widening, enabled on the table when first needed) when Delta supports it, and otherwise stops
+with a :class:`SinkError` naming the table and the column (see ``delta_types.evolve_type``).
+
+Exactly once across crashes. The engine calls :meth:`DeltaSink.commit` and then saves its checkpoint
+with the returned position ``{"delta_batch": N}``; a crash can fall between the two, or in the middle
+of a commit that writes several tables.
+
+* Every commit is batch N = previous + 1. Each Delta write of it carries ``txnAppId`` = the app id
+  (``sink.app_id``, default derived from the path) and ``txnVersion`` = N, so Delta skips a write it
+  already has: a ``commit()`` retried after a failure never applies a table twice. Each commit also
+  carries the user metadata ``{"gtidsnap_batch": N}``.
+* ``open(committed)`` walks the recent history of every table under the path. Commits of batches above
+  the checkpoint's come from a run whose checkpoint was never saved; that run's records are replayed
+  from the checkpoint (as new records, possibly different: a chunk can be read at another point), so
+  the table's rows are first put back as they were just before the first such commit, in one commit
+  tagged ``{"gtidsnap_undo": {"to_version": V, ...}}``: a mirror is MERGEd with each changed key's row
+  as of V, taken from its Change Data Feed (so CDF readers see exactly the rows put back); a changelog
+  loses the rows appended since V (``_seq`` above its greatest at V). Should that fail, Delta's RESTORE
+  does the same at the file level. A crash during recovery just repeats it on the next start.
+* Delta keeps a txn version per app id across an undo (even across RESTORE), so batch numbers are never
+  reused: after recovery the next batch is above every batch number found. Positions only increase.
+
+Caveats: Change Data Feed readers see the undone batch's changes, then their undo, then the replay;
+Delta reads no feed across a widened column type (read the versions before and after apart). A
+Delta streaming reader of a changelog needs ``skipChangeCommits`` to read past an undo.
+Tables are created empty, as their own first version, so a table created by an undone batch is left
+empty. The mirror records its key in the table property ``gtidsnap.key``; a changed primary key at the
+source is refused (move the tables away and snapshot again). VACUUM must keep files for longer than a
+checkpoint interval (the default 168 hours is plenty), or the versions an undo reads may be gone.
+
+The package, one concern per module: ``layout`` (names, paths, the tables under a path), ``session``
+(Spark start-up of the Spark jobs), ``columns`` (the column plan of a write), ``rows`` (records as row
+changes and Arrow), ``recovery`` (the undo when the sink opens), ``sink`` (:class:`DeltaSink`),
+``writes`` (helpers of its Delta writes), ``util`` (what several of them share).
+"""
+
+from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn, plan_columns
+from gtidsnap.sinks.delta.layout import (
+    CHANGELOG_SUFFIX,
+    KEY_PROPERTY,
+    SOURCE_PROPERTY,
+    DeltaTableRef,
+    TableKind,
+    absolute_root,
+    changelog_path,
+    clear_uncommitted_log,
+    decode_name,
+    default_app_id,
+    encode_name,
+    list_tables,
+    mirror_path,
+)
+from gtidsnap.sinks.delta.rows import Change, arrow_rows, changes_of, last_per_key
+from gtidsnap.sinks.delta.session import job_spark_session
+from gtidsnap.sinks.delta.sink import POSITION_KEY, DeltaSink
+
+__all__ = [
+    "CHANGELOG_SUFFIX",
+    "KEY_PROPERTY",
+    "POSITION_KEY",
+    "SOURCE_PROPERTY",
+    "Change",
+    "ColumnPlan",
+    "DeltaSink",
+    "DeltaTableRef",
+    "PlannedColumn",
+    "TableKind",
+    "absolute_root",
+    "arrow_rows",
+    "changelog_path",
+    "changes_of",
+    "clear_uncommitted_log",
+    "decode_name",
+    "default_app_id",
+    "encode_name",
+    "job_spark_session",
+    "last_per_key",
+    "list_tables",
+    "mirror_path",
+    "plan_columns",
+]
