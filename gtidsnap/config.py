@@ -244,6 +244,15 @@ class SinkSettings(_Section):
     app_id: str = Field(
         default="", description="delta: txnAppId of this instance's idempotent writes (empty: from the path)"
     )
+    merge_interval_s: float = Field(
+        default=15.0,
+        ge=0,
+        description="delta: longest wait of changes for the mirror's MERGE, the changelog holding them "
+        "meanwhile (0, or no changelog: every batch)",
+    )
+    merge_rows: int = Field(
+        default=100_000, ge=1, description="delta: the mirror MERGEs as soon as this many changes wait"
+    )
 
 
 class CheckpointSection(_Section):

@@ -44,7 +44,7 @@ from gtidsnap.plan import RawKey, SnapshotContext, TableProgress
 from gtidsnap.records import Record
 from gtidsnap.schema import TableSchema
 from gtidsnap.selectors import SelectorError, resolve
-from gtidsnap.sinks import SealingSink, Sink
+from gtidsnap.sinks import DrainingSink, SealingSink, Sink
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
@@ -323,6 +323,8 @@ class Engine:
                 if not self._in_tx and self._commit_due():
                     self._commit()
             if not self._in_tx:
+                if isinstance(self.sink, DrainingSink):
+                    self.sink.drain()  # the output is whole when a run ends (a deferred MERGE, say)
                 self._commit()
             if self._committer is not None:
                 self._committer.wait()

@@ -206,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sink = DeltaSink(settings, lambda: spark, shapes)
             sink.open(state["sink_position"] if state else None)
             try:
+                offset = start
                 for records, offset in batches(input_path, start, stop, args.batch_rows):
                     shapes.refresh_for(records)
                     sink.write(records)
@@ -213,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     save_state(state_path, {"offset": offset, "sink_position": position})
                     merged += len(records)
                     log.info("merged %d records, %s at byte %d of %d", merged, position, offset, stop)
+                sink.drain()  # the mirrors take every change still waiting for their MERGE
+                save_state(state_path, {"offset": offset, "sink_position": sink.commit()})
             finally:
                 sink.close()
     except GtidsnapError as exc:

@@ -29,3 +29,12 @@ class SealingSink(Sink, Protocol):
     def seal(self) -> Callable[[], Any]:
         """Take everything written so far as one batch; return the job that commits it and returns its
         position. The job runs in another thread; writes after ``seal`` belong to the next batch."""
+
+
+@runtime_checkable
+class DrainingSink(Sink, Protocol):
+    """A sink that defers part of its writes (the Delta mirror's MERGE) past the commits that make
+    them durable elsewhere (the changelog)."""
+
+    def drain(self) -> None:
+        """The run ends: the next commit also makes every deferred write."""

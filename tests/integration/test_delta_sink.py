@@ -58,8 +58,16 @@ SCHEMAS = {
 }
 
 
-def make_sink(spark: SparkSession, path: Path, schemas: dict[TableId, TableSchema] = SCHEMAS) -> DeltaSink:
-    settings = SinkSettings(type="delta", path=str(path), app_id="test-app")
+def make_sink(
+    spark: SparkSession,
+    path: Path,
+    schemas: dict[TableId, TableSchema] = SCHEMAS,
+    merge_interval_s: float = 0.0,
+) -> DeltaSink:
+    """A sink whose mirror MERGEs every batch (the default defers merges: see the deferred test)."""
+    settings = SinkSettings(
+        type="delta", path=str(path), app_id="test-app", merge_interval_s=merge_interval_s
+    )
     return DeltaSink(settings, lambda: spark, lambda table: schemas[table])
 
 
@@ -68,12 +76,18 @@ def row(key: int, name: str, amount: str = "1.00", **more: Any) -> dict[str, Any
 
 
 def change(
-    op: str, seq: int, before: dict[str, Any] | None, after: dict[str, Any] | None, table: TableId = ORDERS
+    op: str,
+    seq: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    table: TableId = ORDERS,
+    fresh: bool = False,
 ) -> Record:
     image = after if after is not None else before
     assert image is not None
     gtid = None if op == "r" else f"0-1-{seq}"
-    return Record(op, table, (image["id"],), before, after, gtid, seq, op == "r", 1_700_000_000 + seq)  # type: ignore[arg-type]
+    ts = 1_700_000_000 + seq
+    return Record(op, table, (image["id"],), before, after, gtid, seq, op == "r", ts, fresh)  # type: ignore[arg-type]
 
 
 def read(spark: SparkSession, path: str, *columns: str) -> list[tuple[Any, ...]]:
@@ -313,6 +327,71 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
     # and an output without its checkpoint is refused, not overwritten
     with pytest.raises(SinkError, match="no checkpoint"):
         make_sink(spark, tmp_path).open(None)
+
+
+def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Deferred merges: fresh snapshot rows go to the mirror by APPEND, streamed changes wait (the
+    changelog holds them); a stop with changes waiting is caught up from the changelog when the sink
+    opens again, as a batch of its own; a fresh row whose key has a waiting change is merged, never
+    appended beside it; ``drain`` makes the mirror whole."""
+    sink = make_sink(spark, tmp_path, merge_interval_s=3600)
+    mirror, changelog = mirror_path(sink.root, ORDERS), changelog_path(sink.root, ORDERS)
+    sink.open(None)
+    sink.write([change("u", 1, row(5, "x"), row(5, "streamed before its chunk"))])  # waits
+    sink.write([change("r", 1 + k, None, row(k, f"chunk {k}"), fresh=True) for k in range(1, 5)])
+    assert sink.commit() == {"delta_batch": 1}
+    assert read(spark, mirror, "id", "name", "_op") == [(k, f"chunk {k}", "r") for k in range(1, 5)]
+    assert [r[0] for r in read(spark, changelog, "_seq")] == [1, 2, 3, 4, 5]
+    appended = history(spark, mirror)[-1]
+    assert appended[1] == "WRITE" and appended[2]["gtidsnap_merged_seq"] == 0, appended
+
+    sink.write([change("r", 6, None, row(5, "chunk 5"), fresh=True)])  # key 5 waits: merged, not appended
+    sink.write([change("r", 7, None, row(6, "chunk 6"), fresh=True)])
+    sink.write([change("d", 8, row(2, "chunk 2"), None)])
+    position = sink.commit()
+    assert position == {"delta_batch": 2}
+    assert read(spark, mirror, "id", "name") == [
+        (1, "chunk 1"),
+        (2, "chunk 2"),
+        (3, "chunk 3"),
+        (4, "chunk 4"),
+        (6, "chunk 6"),
+    ]
+    sink.close()  # stopped with the changes of seq 1, 6 and 8 waiting
+
+    again = make_sink(spark, tmp_path, merge_interval_s=3600)
+    again.open(position)
+    caught = history(spark, mirror)[-1]
+    assert caught[1] == "MERGE" and caught[2]["gtidsnap_batch"] == 3 and caught[2]["gtidsnap_merged_seq"] == 8
+    assert read(spark, mirror, "id", "name", "_seq") == [
+        (1, "chunk 1", 2),
+        (3, "chunk 3", 4),
+        (4, "chunk 4", 5),
+        (5, "chunk 5", 6),
+        (6, "chunk 6", 7),
+    ]
+    assert again.commit() == {"delta_batch": 3}, "the catch-up took batch 3"
+
+    again.write([change("u", 9, row(6, "chunk 6"), row(6, "changed"))])
+    assert again.commit() == {"delta_batch": 4}
+    assert ("changed",) not in read(spark, mirror, "name")
+    again.drain()
+    assert again.commit() == {"delta_batch": 5}, "drain: a batch of the waiting changes alone"
+    assert read(spark, mirror, "id", "name") == [
+        (1, "chunk 1"),
+        (3, "chunk 3"),
+        (4, "chunk 4"),
+        (5, "chunk 5"),
+        (6, "changed"),
+    ]
+    again.close()
+
+    reopened = make_sink(spark, tmp_path, merge_interval_s=3600)
+    reopened.open({"delta_batch": 5})
+    assert history(spark, mirror)[-1][2]["gtidsnap_batch"] == 5, "nothing waits: no catch-up"
+    reopened.close()
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -343,7 +343,7 @@ def test_changes_split_primary_key_updates_and_keep_the_last_per_key() -> None:
         ("d", 3, 4),
         ("c", 3, 5),
     ]
-    last = last_per_key(SCHEMA, changes)
+    last = last_per_key(changes)
     assert [(c.op, c.row["id"], c.record.seq) for c in last] == [("d", 1, 3), ("c", 2, 3), ("c", 3, 5)]
 
 

@@ -32,7 +32,7 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
     """Undo the commits of batches after ``last`` (see the package docstring); report the top batch."""
     from delta.tables import DeltaTable
 
-    commits = _history(DeltaTable.forPath(spark, ref.path), last)
+    commits = history_since(DeltaTable.forPath(spark, ref.path), last)
     highest = max((_batch_of(c["userMetadata"]) or 0 for c in commits), default=0)
     target: int | None = None
     dirty = False
@@ -59,7 +59,7 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
     return Recovery(target, highest)
 
 
-def _history(table: DeltaTable, last: int) -> list[Any]:
+def history_since(table: DeltaTable, last: int) -> list[Any]:
     """Commits (oldest first) from the newest one of a batch <= ``last`` (or from the oldest kept)."""
     limit = 16
     while True:

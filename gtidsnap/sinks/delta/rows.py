@@ -28,11 +28,21 @@ def _hashable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Change:
-    """One row to write: the record's metadata with one row image (a key change is two of these)."""
+    """One row to write: the record's metadata with one row image (a key change is two of these), and
+    the image's key (hashable), which routes it (:mod:`gtidsnap.sinks.mirror_route`)."""
 
     op: str
     row: Row
     record: Record
+    route_key: tuple[Any, ...]
+
+    @property
+    def fresh(self) -> bool:
+        return self.record.fresh
+
+    @property
+    def seq(self) -> int:
+        return self.record.seq
 
 
 def _key(schema: TableSchema, row: Row) -> tuple[Any, ...]:
@@ -48,26 +58,26 @@ def changes_of(schema: TableSchema, records: Sequence[Record]) -> list[Change]:
     for r in records:
         if r.op == "d":
             assert r.before is not None
-            out.append(Change("d", r.before, r))
+            out.append(Change("d", r.before, r, _key(schema, r.before)))
         elif r.op == "u" and r.before is not None and r.after is not None:
-            if _key(schema, r.before) != _key(schema, r.after):
-                out.extend((Change("d", r.before, r), Change("c", r.after, r)))
+            old, new = _key(schema, r.before), _key(schema, r.after)
+            if old != new:
+                out.extend((Change("d", r.before, r, old), Change("c", r.after, r, new)))
             else:
-                out.append(Change("u", r.after, r))
+                out.append(Change("u", r.after, r, new))
         else:
             assert r.after is not None
-            out.append(Change(r.op, r.after, r))
+            out.append(Change(r.op, r.after, r, _key(schema, r.after)))
     return out
 
 
-def last_per_key(schema: TableSchema, changes: Sequence[Change]) -> list[Change]:
+def last_per_key(changes: Sequence[Change]) -> list[Change]:
     """The last change of each key (by ``seq``): what a MERGE needs (one source row per target row)."""
     last: dict[tuple[Any, ...], Change] = {}
     for change in changes:
-        key = _key(schema, change.row)
-        held = last.get(key)
+        held = last.get(change.route_key)
         if held is None or change.record.seq >= held.record.seq:
-            last[key] = change
+            last[change.route_key] = change
     return sorted(last.values(), key=lambda c: c.record.seq)
 
 

@@ -1,5 +1,6 @@
-"""The Delta Lake sink: batches of records written to each table's mirror (MERGE) and changelog
-(append), idempotently per batch (see the package docstring of :mod:`gtidsnap.sinks.delta`)."""
+"""The Delta Lake sink: batches of records written to each table's changelog (append) and mirror
+(append of fresh snapshot rows, deferred MERGE of the rest), idempotently per batch (see the package
+docstring of :mod:`gtidsnap.sinks.delta`)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,18 @@ from gtidsnap.model import TableId
 from gtidsnap.records import Record
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks import delta_types
+from gtidsnap.sinks.delta.catch_up import (
+    MERGED_SEQ,
+    NOTHING_WAITS,
+    changelog_after,
+    has_streamed_rows,
+    merged_watermark,
+)
 from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
 from gtidsnap.sinks.delta.layout import (
     KEY_PROPERTY,
     SOURCE_PROPERTY,
+    DeltaTableRef,
     absolute_root,
     changelog_path,
     clear_uncommitted_log,
@@ -33,7 +42,7 @@ from gtidsnap.sinks.delta.layout import (
     mirror_path,
     recorded_key,
 )
-from gtidsnap.sinks.delta.recovery import recover
+from gtidsnap.sinks.delta.recovery import history_since, recover
 from gtidsnap.sinks.delta.rows import Change, arrow_rows, changes_of, last_per_key
 from gtidsnap.sinks.delta.util import (
     MATERIALIZE_SOURCE,
@@ -44,13 +53,18 @@ from gtidsnap.sinks.delta.util import (
     short_error,
 )
 from gtidsnap.sinks.delta.writes import evolved_schema, prune_condition, retry_conflicts
+from gtidsnap.sinks.mirror_route import Key, MergePolicy, route
 
 if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("gtidsnap.sinks.delta")
 
 POSITION_KEY = "delta_batch"
+# Keys kept per table to route fresh snapshot rows (about 100 bytes each); beyond, that table's rows
+# are merged for the rest of the run.
+HELD_KEYS_CAP = 500_000
 
 
 @dataclass
@@ -60,6 +74,16 @@ class _Pending:
     schema: TableSchema
     seen: dict[str, Column] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
+
+
+@dataclass
+class _Waiting:
+    """Changes of one table written to its changelog, waiting for the mirror's next MERGE."""
+
+    schema: TableSchema
+    seen: dict[str, Column] = field(default_factory=dict)
+    changes: list[Change] = field(default_factory=list)
+    since: float | None = None  # time.monotonic() of the first one
 
 
 class DeltaSink:
@@ -94,6 +118,13 @@ class DeltaSink:
         self._shapes: dict[TableId, TableSchema] = {}
         self._delta_schemas: dict[str, T.StructType] = {}
         self._delta_keys: dict[str, list[str] | None] = {}
+        # Deferred merges (the changelog holds what waits) and the append route of fresh rows:
+        interval = settings.merge_interval_s if settings.changelog else 0.0
+        self._policy = MergePolicy(interval_s=interval, max_rows=settings.merge_rows)
+        self._waiting: dict[TableId, _Waiting] = {}
+        self._held: dict[TableId, set[Key] | None] = {}  # absent: not decided yet this run
+        self._top_seq: dict[TableId, int] = {}
+        self._draining = False
 
     def _default_spark(self) -> SparkSession:
         from gtidsnap.spark_session import build_spark_session
@@ -127,15 +158,15 @@ class DeltaSink:
             highest = last or 0
             for ref in tables:
                 highest = max(highest, recover(self.spark, ref, last or 0).max_batch)
+            self._reset()
+            if self._catch_up(tables, last or 0, highest + 1):
+                highest += 1
         except SinkError:
             raise
         except Exception as exc:  # Spark/Delta/py4j errors: say where
             raise SinkError(f"cannot open the Delta output at {self.root}: {short_error(exc)}") from exc
         self._batch = highest
         self._failed = None
-        self._pending.clear()
-        self._delta_schemas.clear()
-        self._delta_keys.clear()
         log.info("Delta sink at %s open: checkpoint at batch %s, next batch %d", self.root, last, highest + 1)
 
     def write(self, records: Sequence[Record]) -> None:
@@ -157,10 +188,14 @@ class DeltaSink:
             pending.seen.update({c.name: c for c in schema.columns})
             pending.records.extend(rows)
 
+    def drain(self) -> None:
+        """The run ends: the next commit also MERGEs every change that waits, so the mirrors are whole."""
+        self._draining = True
+
     def commit(self) -> dict[str, int]:
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
-        if not self._pending:
+        if not self._pending and not self._merges_due():
             return {POSITION_KEY: self._batch}
         batch = self._batch + 1
         self._failed = batch
@@ -178,7 +213,7 @@ class DeltaSink:
         if self._failed is not None:
             raise SinkError(f"the commit of batch {self._failed} failed: reopen the sink")
         position = {POSITION_KEY: self._batch}
-        if not self._pending:
+        if not self._pending and not self._merges_due():
             return lambda: position
         batch, pending = self._batch + 1, self._pending
         self._batch, self._pending = batch, {}
@@ -193,12 +228,22 @@ class DeltaSink:
 
         return job
 
+    def _merges_due(self) -> bool:
+        return any(w.changes and self._due(w) for w in self._waiting.values())
+
+    def _due(self, waiting: _Waiting) -> bool:
+        return self._draining or self._policy.due(len(waiting.changes), waiting.since, time.monotonic())
+
     def _write_batch(self, batch: int, pending: Mapping[TableId, _Pending]) -> None:
         started = time.monotonic()
-        for table in sorted(pending):
+        due = {t for t, w in self._waiting.items() if w.changes and self._due(w)}
+        tables = sorted(set(pending) | due)
+        for table in tables:
             crash_point("delta-before-table")
+            waiting = self._waiting.get(table)
+            batch_part = pending.get(table) or _Pending(waiting.schema if waiting else self._shape(table))
             try:
-                self._write_table(table, pending[table], batch)
+                self._write_table(table, batch_part, batch)
             except SinkError:
                 raise
             except Exception as exc:
@@ -210,15 +255,25 @@ class DeltaSink:
             "batch %d: %d records of %d tables in %.2f s",
             batch,
             count,
-            len(pending),
+            len(tables),
             time.monotonic() - started,
         )
 
     def close(self) -> None:
-        """Drops what was not committed (the replay brings it back); the SparkSession stays up."""
-        self._pending.clear()
+        """Drops what was not committed (the replay brings it back) and what waits for a MERGE (the
+        next ``open`` takes it from the changelog); the SparkSession stays up."""
+        self._reset()
         self._batch = None
         self._failed = None
+
+    def _reset(self) -> None:
+        self._pending.clear()
+        self._delta_schemas.clear()
+        self._delta_keys.clear()
+        self._waiting.clear()
+        self._held.clear()
+        self._top_seq.clear()
+        self._draining = False
 
     # ------------------------------------------------------------------ writing
     def _shape(self, table: TableId) -> TableSchema:
@@ -232,17 +287,65 @@ class DeltaSink:
         return shape
 
     def _write_table(self, table: TableId, pending: _Pending, batch: int) -> None:
+        """One table's part of a batch: fresh snapshot rows appended to the mirror when provably new
+        there (:mod:`gtidsnap.sinks.mirror_route`), the rest waiting for the mirror's MERGE while the
+        changelog holds it; at most one mirror commit per batch (a due MERGE takes the appends along)."""
         changes = changes_of(pending.schema, pending.records)
         self.spark.sparkContext.setJobDescription(f"gtidsnap batch {batch}: {table}")
         try:
             mirror = mirror_path(self.root, table)
-            self._merge(table, mirror, pending, last_per_key(pending.schema, changes), batch)
+            waiting = self._waiting.setdefault(table, _Waiting(pending.schema))
+            waiting.schema = pending.schema
+            waiting.seen.update(pending.seen)
+            shape = _Pending(waiting.schema, dict(waiting.seen))
+            if self._delta_schema(mirror) is None:  # created first: a changelog never lacks its mirror
+                self._prepare(table, mirror, shape, delta_types.MIRROR_META, cdf=True)
+            routed = route(changes, self._held_keys(table, mirror, changes, waiting))
+            if routed.merge and waiting.since is None:
+                waiting.since = time.monotonic()
+            waiting.changes.extend(changes[i] for i in routed.merge)
+            appended = [changes[i] for i in routed.append]
+            if changes:
+                self._top_seq[table] = max(self._top_seq.get(table, -1), changes[-1].seq)
+            if waiting.changes and self._due(waiting):
+                merged = last_per_key(waiting.changes + appended)
+                self._merge(table, mirror, shape, merged, batch, self._top_seq[table])
+                waiting.changes, waiting.since = [], None
+            elif appended:
+                top = waiting.changes[0].seq - 1 if waiting.changes else self._top_seq[table]
+                self._append_mirror(table, mirror, shape, appended, batch, top)
             crash_point("delta-after-mirror")
-            if self.settings.changelog:
+            if self.settings.changelog and changes:
                 self._append(table, changelog_path(self.root, table), pending, changes, batch)
                 crash_point("delta-after-changelog")
         finally:
             self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+
+    def _held_keys(
+        self, table: TableId, mirror: str, changes: Sequence[Change], waiting: _Waiting
+    ) -> set[Key] | None:
+        """The keys the mirror may hold besides fresh snapshot rows (see :mod:`gtidsnap.sinks.mirror_route`),
+        decided once per run when the table's first fresh rows come: nothing but waiting keys if the
+        mirror holds no row written by anything but a snapshot row; otherwise not known (None: merge)."""
+        if table in self._held:
+            held = self._held[table]
+            if held is not None and len(held) > HELD_KEYS_CAP:
+                log.info(
+                    "%s: over %d keys held; its snapshot rows are merged from now on", table, HELD_KEYS_CAP
+                )
+                self._held[table] = held = None
+            return held
+        if not any(c.fresh for c in changes):
+            return None  # not decided yet: everything merges until fresh rows come
+        if has_streamed_rows(self.spark, mirror):
+            log.info(
+                "%s: its mirror holds streamed rows from before this run: snapshot rows are merged", table
+            )
+            self._held[table] = None
+            return None
+        keys: set[Key] = {c.route_key for c in waiting.changes}
+        self._held[table] = keys
+        return keys
 
     def _prepare(
         self, table: TableId, path: str, pending: _Pending, meta: Sequence[T.StructField], cdf: bool
@@ -294,15 +397,28 @@ class DeltaSink:
         return plan
 
     def _merge(
-        self, table: TableId, path: str, pending: _Pending, changes: Sequence[Change], batch: int
+        self,
+        table: TableId,
+        path: str,
+        pending: _Pending,
+        changes: Sequence[Change],
+        batch: int,
+        merged_seq: int,
     ) -> None:
-        from delta.tables import DeltaTable
-
         plan = self._prepare(table, path, pending, delta_types.MIRROR_META, cdf=True)
         rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
         source = self.spark.createDataFrame(rows, schema=struct)
         condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in pending.schema.key))
         condition = prune_condition(condition, plan, pending.schema, changes)
+        self._merge_source(path, source, condition, batch, merged_seq)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+
+    def _merge_source(
+        self, path: str, source: DataFrame, condition: SparkColumn, batch: int, merged_seq: int
+    ) -> None:
+        """MERGE by key, newest ``_seq`` wins; the commit says how far the mirror holds the changelog."""
+        from delta.tables import DeltaTable
+
         merge = (
             DeltaTable.forPath(self.spark, path)
             .alias("t")
@@ -312,9 +428,58 @@ class DeltaSink:
             .whenNotMatchedInsertAll(condition="s._op <> 'd'")
             .withSchemaEvolution()
         )
-        with self._txn(batch):
+        with self._txn(batch, merged_seq):
             retry_conflicts(lambda: merge.execute(), path)
+
+    def _append_mirror(
+        self,
+        table: TableId,
+        path: str,
+        pending: _Pending,
+        changes: Sequence[Change],
+        batch: int,
+        merged_seq: int,
+    ) -> None:
+        """Fresh snapshot rows whose keys the mirror cannot hold: a plain APPEND (what the MERGE would
+        do with them, at the cost of a write)."""
+        plan = self._prepare(table, path, pending, delta_types.MIRROR_META, cdf=True)
+        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
+        frame: DataFrame = self.spark.createDataFrame(rows, schema=struct)
+        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
+        with self._txn(batch, merged_seq):
+            retry_conflicts(lambda: writer.save(path), path)
         self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+
+    def _catch_up(self, tables: Sequence[DeltaTableRef], last: int, batch: int) -> bool:
+        """MERGE into each mirror the changelog records it does not hold yet (a run stopped while they
+        waited), as batch ``batch``; see :mod:`gtidsnap.sinks.delta.catch_up`. True if any was."""
+        from delta.tables import DeltaTable
+
+        caught = 0
+        for ref in tables:
+            if ref.kind != "mirror":
+                continue
+            changelog = changelog_path(self.root, ref.table)
+            if not DeltaTable.isDeltaTable(self.spark, changelog):
+                continue
+            held = merged_watermark(history_since(DeltaTable.forPath(self.spark, ref.path), last))
+            if held == NOTHING_WAITS:
+                continue
+            row = self.spark.read.format("delta").load(changelog).agg(F.max("_seq")).first()
+            top = row[0] if row is not None else None
+            key = recorded_key(self.spark, ref.path)
+            if top is None or (held is not None and top <= held) or not key:
+                continue
+            crash_point("delta-before-catch-up")
+            source = changelog_after(self.spark, changelog, key, held)
+            condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key))
+            self._merge_source(ref.path, source, condition, batch, int(top))
+            crash_point("delta-after-catch-up")
+            caught += 1
+            log.info(
+                "%s: caught up with its changelog from _seq %s to %s (batch %d)", ref.path, held, top, batch
+            )
+        return caught > 0
 
     def _append(
         self, table: TableId, path: str, pending: _Pending, changes: Sequence[Change], batch: int
@@ -334,13 +499,14 @@ class DeltaSink:
         self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
 
     @contextmanager
-    def _txn(self, batch: int) -> Iterator[None]:
-        """Session settings of a batch's MERGE: idempotent, tagged with its batch, its source (an Arrow
-        table in memory) read as is."""
+    def _txn(self, batch: int, merged_seq: int) -> Iterator[None]:
+        """Session settings of a batch's mirror write: idempotent, tagged with its batch and how far the
+        mirror then holds the changelog, its source (in memory, or the changelog) read as is."""
         conf = self.spark.conf
         conf.set(TXN_APP_ID, self.app_id)
         conf.set(TXN_VERSION, str(batch))
-        conf.set(USER_METADATA, json.dumps({"gtidsnap_batch": batch, "app_id": self.app_id}))
+        meta = {"gtidsnap_batch": batch, "app_id": self.app_id, MERGED_SEQ: merged_seq}
+        conf.set(USER_METADATA, json.dumps(meta))
         conf.set(MATERIALIZE_SOURCE, "none")
         try:
             yield

@@ -1,0 +1,86 @@
+"""Deferred merges: how far a mirror has taken its changelog, and the MERGE that catches it up.
+
+A mirror MERGEs streamed changes every ``sink.merge_interval_s`` (or ``sink.merge_rows``); between
+merges the changelog is their durable record. Every mirror commit of the sink says in its user
+metadata how far the mirror holds the changelog: ``gtidsnap_merged_seq`` = W, every record with
+``_seq`` <= W is in the mirror (records above W may be too: appended snapshot rows). When a run stops
+with changes still waiting, the next ``open`` merges the changelog's records above W into the mirror
+(newest per key), before anything else: re-merging a record the mirror already has changes nothing,
+since a change applies only to an older ``_seq``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gtidsnap.sinks.delta.util import quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+MERGED_SEQ = "gtidsnap_merged_seq"
+NOTHING_WAITS = -1  # the watermark of a mirror written before merges were deferred: nothing to catch up
+
+
+def _metadata(commit: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(commit["userMetadata"] or "null")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _undone_to(commit: Any, meta: dict[str, Any]) -> int | None:
+    """The version an undo commit (ours, or Delta's RESTORE) put the table back to."""
+    if commit["operation"] == "RESTORE":
+        version = (commit["operationParameters"] or {}).get("version")
+        return int(version) if version is not None else None
+    undo = meta.get("gtidsnap_undo")
+    return int(undo["to_version"]) if isinstance(undo, dict) and "to_version" in undo else None
+
+
+def merged_watermark(commits: Sequence[Any]) -> int | None:
+    """W of a mirror from its history (rows with version, operation, userMetadata,
+    operationParameters; any order): the newest commit that is not undone and was written by a batch.
+
+    None: no batch ever wrote the mirror (every record of its changelog waits). ``NOTHING_WAITS``: the
+    newest batch commit predates deferred merges (each batch was merged whole)."""
+    below: int | None = None  # commits above this version were undone
+    for commit in sorted(commits, key=lambda c: int(c["version"]), reverse=True):
+        version = int(commit["version"])
+        if below is not None and version > below:
+            continue
+        meta = _metadata(commit)
+        undone_to = _undone_to(commit, meta)
+        if undone_to is not None:
+            below = undone_to if below is None else min(below, undone_to)
+            continue
+        if "gtidsnap_batch" in meta:
+            seq = meta.get(MERGED_SEQ)
+            return int(seq) if isinstance(seq, int) else NOTHING_WAITS
+    return None
+
+
+def changelog_after(spark: SparkSession, changelog: str, key: Sequence[str], after: int | None) -> DataFrame:
+    """The changelog's records above ``after``, the newest per key, shaped as a MERGE source for the
+    mirror (no ``_snapshot``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format("delta").load(changelog)
+    if after is not None:
+        frame = frame.where(F.col("_seq") > F.lit(after))
+    newest = Window.partitionBy(*[F.col(quote(k)) for k in key]).orderBy(F.col("_seq").desc())
+    return (
+        frame.withColumn("_gtidsnap_n", F.row_number().over(newest))
+        .where("_gtidsnap_n = 1")
+        .drop("_gtidsnap_n", "_snapshot")
+    )
+
+
+def has_streamed_rows(spark: SparkSession, mirror: str) -> bool:
+    """Does the mirror hold a row last written by anything but a snapshot row (``_op`` other than r)?
+    Files of snapshot rows only are skipped by their statistics."""
+    return bool(spark.read.format("delta").load(mirror).where("_op <> 'r'").limit(1).count())
