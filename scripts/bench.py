@@ -15,7 +15,14 @@ DATETIME, DECIMAL(12,2), TEXT) in the database ``bench`` (loaded once, reused):
   c. binlog pause per chunk minus the chunk SELECT's own time, p50 and p99 (in process);
   d. time for a chunk's window to close on an idle source, default heartbeat (in process);
   e. peak RSS of the CLI's snapshot into JSON lines of ``--rows`` and ``--big-rows`` tables -> ratio;
-  f. commit-to-visible latency in the Delta mirror at 5,000 rows/s, p50 and p99.
+  f. freshness of the Delta output against the offered rate (``--latency-rates``, default 1,000,
+     2,000, 5,000, 10,000 rows/s): per rate one ``gtidsnap run`` (default settings: a batch every
+     second into the changelog, the mirror MERGEd every ``sink.merge_interval_s``) following a fresh
+     table into which a writer inserts at that rate for ``--latency-seconds``; commit-to-visible
+     latency p50 and p99 of every row in the changelog (the commit that added its file) and in the
+     mirror (its first insert in the Change Data Feed), the rate the writer reached and the rate
+     gtidsnap sustained, against the issue's targets (changelog p50 <= 2 s, mirror p50 <= 30 s at
+     5,000 rows/s, no growing backlog).
 
 Every limit is measured in the same run, right before and after what it is compared with (the
 machine is shared and noisy). Asserts nothing: the figures go to ``--out``/bench-<label>.json (and
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import logging
 import shlex
@@ -74,6 +82,17 @@ def _parts(text: str) -> list[str]:
     return [p for p in report.PARTS if p in chosen]
 
 
+def _rates(text: str) -> list[float]:
+    """``1000,5000`` -> [1000.0, 5000.0]: positive rows/s, each once, in the order given."""
+    try:
+        rates = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"rates: {text!r}: {exc}") from None
+    if not rates or any(not 0 < r < float("inf") for r in rates):
+        raise argparse.ArgumentTypeError(f"rates: {text!r}; give positive rows/s, e.g. 1000,5000")
+    return list(dict.fromkeys(rates))
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="scripts/bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -87,7 +106,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--chunk-size", type=int, default=int(DEFAULTS["snapshot"]["chunk_size"]), help="rows per chunk"
     )
-    ap.add_argument("--latency-seconds", type=float, default=60.0, help="how long f.'s writer runs")
+    ap.add_argument(
+        "--latency-seconds", type=float, default=60.0, help="how long f.'s writer runs, at each rate"
+    )
+    ap.add_argument(
+        "--latency-rates",
+        type=_rates,
+        default=",".join(f"{r:g}" for r in latency.RATES),
+        help="f.'s offered rates, rows/s, comma-separated (default: %(default)s); one gtidsnap run each",
+    )
     ap.add_argument(
         "--timeout",
         type=float,
@@ -125,7 +152,11 @@ def measure(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "parts": a.only,
             "writer_rows_per_s": WRITER_RATE,
             "latency_rows_per_s": latency.RATE,
+            "latency_rates": a.latency_rates,
             "latency_seconds": a.latency_seconds,
+            "batch_ms": int(DEFAULTS["sink"]["batch_ms"]),
+            "merge_interval_s": DEFAULTS["sink"].get("merge_interval_s"),
+            "merge_rows": DEFAULTS["sink"].get("merge_rows"),
             "timeout_s": a.timeout,
             "heartbeat_s": float(DEFAULTS["binlog"]["heartbeat_s"]),
         },
@@ -144,6 +175,10 @@ def measure(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         if "e" in a.only:
             ensure_table(ctx.pair, ctx.big_table, ctx.big_rows)
         result["durations_s"][f]["load"] = round(time.monotonic() - t0, 1)
+    measures: dict[str, Callable[[Context], dict[str, Any]]] = {
+        **MEASURES,
+        "f": functools.partial(latency.measure_f, rates=a.latency_rates),
+    }
     json_path = a.out / f"bench-{a.label}.json"
     a.out.mkdir(parents=True, exist_ok=True)
     for part in a.only:  # a part for every flavour, then the next: the flavours are measured close in time
@@ -151,7 +186,7 @@ def measure(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             log.info("=== %s: %s", f, part)
             t0 = time.monotonic()
             try:
-                result["results"][f][part] = MEASURES[part](ctx)
+                result["results"][f][part] = measures[part](ctx)
             except Exception as exc:  # one failed part must not waste the others
                 log.error("%s %s failed:\n%s", f, part, traceback.format_exc())
                 result["results"][f][part] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}

@@ -18,6 +18,10 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 PARTS = "abcdef"
 NAMES = {"mariadb": "MariaDB", "mysql": "MySQL"}
 ARROW, MINUS, TIMES, DASH = "\u2192", "\u2212", "\u00d7", "\u2013"
+LE, CHECK, CROSS = "\u2264", "\u2713", "\u2717"
+# f.'s targets (the issue), judged at settings.latency_rows_per_s; as in bench_lib.latency, which
+# needs gtidsnap and Spark to import (a report renders without them)
+TARGETS = {"changelog_p50_s": 2.0, "mirror_p50_s": 30.0}
 
 
 def write(result: dict[str, Any], out: Path, compare: dict[str, Any] | None = None) -> list[Path]:
@@ -139,7 +143,11 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             get("e", lambda p: f"{pair('rss_mb', 'big_rss_mb', 0)(p)} ({_share(p['ratio'])})"),
         ),
         (
-            f"f. commit-to-visible in Delta at {latency_rate} rows/s, p50 / p99 s",
+            f"f. commit-to-visible in the Delta changelog at {latency_rate} rows/s, p50 / p99 s",
+            get("f", lambda p: _table_cell(_at_rate(p, s.get("latency_rows_per_s", 5000)), "changelog")),
+        ),
+        (
+            f"f. commit-to-visible in the Delta mirror at {latency_rate} rows/s, p50 / p99 s",
             get("f", lambda p: pair("p50_s", "p99_s", 2)(p) + ("*" if p.get("lower_bound") else "")),
         ),
         (
@@ -147,6 +155,85 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             get("f", lambda p: _num(p.get("sustained_rows_per_s"))),
         ),
     ]
+
+
+def _rates(part: Any) -> list[dict[str, Any]]:
+    """f.'s measured rates, slowest first ([] for a result from before f. measured several, or failed)."""
+    if not isinstance(part, dict) or "error" in part or not isinstance(part.get("rates"), list):
+        return []
+    done = [r for r in part["rates"] if isinstance(r, dict) and "error" not in r]
+    return sorted(done, key=lambda r: r["offered_rows_per_s"])
+
+
+def _at_rate(part: Any, rate: float) -> dict[str, Any] | None:
+    return next((r for r in _rates(part) if r["offered_rows_per_s"] == rate), None)
+
+
+def _table_cell(entry: dict[str, Any] | None, table: str, target: float | None = None) -> str:
+    """``p50 / p99`` of f.'s ``table`` (changelog or mirror) at one rate, ``*`` for lower bounds, and
+    against ``target`` (a p50) a check mark or a cross."""
+    if entry is None or not isinstance(entry.get(table), dict):
+        return DASH
+    t = entry[table]
+    text = f"{_num(t.get('p50_s'), 2)} / {_num(t.get('p99_s'), 2)}{'*' if t.get('lower_bound') else ''}"
+    if target is not None and t.get("p50_s") is not None:
+        text += f" {CHECK if t['p50_s'] <= target else CROSS}"
+    return text
+
+
+def _backlog_cell(entry: dict[str, Any], judge: bool) -> str:
+    growth = entry.get("backlog_growth_s")
+    if growth is None:
+        return DASH
+    text = f"{'growing' if entry.get('backlog_growing') else 'none'} ({growth:+.2f} s)"
+    return f"{text} {CROSS if entry.get('backlog_growing') else CHECK}" if judge else text
+
+
+def freshness(result: dict[str, Any], compare: dict[str, Any] | None = None) -> list[str]:
+    """f.'s table against the offered rate (markdown lines); [] if no result here measured several."""
+    s = result["settings"]
+    target_rate = s.get("latency_rows_per_s", 5000)
+    runs: list[tuple[str, dict[str, Any]]] = []
+    for f in [f for f in s["flavors"] if f in result["results"]]:
+        if compare is not None and _rates(compare.get("results", {}).get(f, {}).get("f")):
+            runs.append((f"{NAMES.get(f, f)} `{compare['label']}`", compare["results"][f]["f"]))
+            runs.append((f"{NAMES.get(f, f)} `{result['label']}`", result["results"][f].get("f")))
+        else:
+            runs.append((NAMES.get(f, f), result["results"][f].get("f")))
+    if not any(_rates(part) for _, part in runs):
+        return []
+    interval = s.get("merge_interval_s")
+    merged = f"every {interval:g} s" if isinstance(interval, int | float) else "at its interval"
+    lines = [
+        "f. Freshness against the offered rate: commit-to-visible latency of every inserted row, "
+        "p50 / p99 s, in the changelog and in the mirror; the writer inserts for "
+        f"{_num(s.get('latency_seconds'))} s per rate (100 transactions/s), gtidsnap at its defaults "
+        f"(a batch every {_num(s.get('batch_ms', 1000))} ms, the mirror MERGEd {merged}). "
+        f"Targets (the issue), judged at {_num(target_rate)} rows/s: changelog p50 {LE} "
+        f"{TARGETS['changelog_p50_s']:g} s, mirror p50 {LE} {TARGETS['mirror_p50_s']:g} s, "
+        "sustained without a growing backlog (backlog: the changelog's median latency over the writer's "
+        "last quarter of rows minus its first quarter; \\* a lower bound: not caught up by `--timeout`).",
+        "",
+        "| f. freshness | offered rows/s | writer reached rows/s | gtidsnap sustained rows/s "
+        "| changelog p50 / p99 s | mirror p50 / p99 s | backlog |",
+        "|---|---|---|---|---|---|---|",
+        f"| target | {_num(target_rate)} | | | p50 {LE} {TARGETS['changelog_p50_s']:g} "
+        f"| p50 {LE} {TARGETS['mirror_p50_s']:g} | not growing |",
+    ]
+    for name, part in runs:
+        entries = _rates(part)
+        if not entries:
+            lines.append(f"| {name} | {DASH} | {DASH} | {DASH} | {DASH} | {DASH} | {DASH} |")
+        for r in entries:
+            judge = r["offered_rows_per_s"] == target_rate
+            lines.append(
+                f"| {name} | {_num(r['offered_rows_per_s'])} | {_num(r.get('writer_rows_per_s'))} "
+                f"| {_num(r.get('sustained_rows_per_s'))} "
+                f"| {_table_cell(r, 'changelog', TARGETS['changelog_p50_s'] if judge else None)} "
+                f"| {_table_cell(r, 'mirror', TARGETS['mirror_p50_s'] if judge else None)} "
+                f"| {_backlog_cell(r, judge)} |"
+            )
+    return lines
 
 
 def _at(d: dict[str, Any], dotted: str) -> Any:
@@ -188,6 +275,9 @@ def markdown(result: dict[str, Any], compare: dict[str, Any] | None = None, head
     for label, cell in _rows(result):
         if label[0] in ran:
             lines.append(f"| {label} | " + " | ".join(cell(r) for _, r in columns) + " |")
+    fresh = freshness(result, compare) if "f" in ran else []
+    if fresh:
+        lines += ["", *fresh]
     if any(_flagged(r) for _, r in columns):
         lines += [
             "",
@@ -208,6 +298,13 @@ def markdown(result: dict[str, Any], compare: dict[str, Any] | None = None, head
         and isinstance(r["a"].get("spark_append"), dict)
         and "error" in r["a"]["spark_append"]
     ]
+    errors += [
+        f"- {NAMES.get(f, f)} f at {_num(e.get('offered_rows_per_s'))} rows/s: {e['error']}"
+        for f, r in result["results"].items()
+        if isinstance(r.get("f"), dict) and isinstance(r["f"].get("rates"), list)
+        for e in r["f"]["rates"]
+        if isinstance(e, dict) and "error" in e
+    ]
     if errors:
         lines += ["", "Failed:", *errors]
     return "\n".join(lines) + "\n"
@@ -218,6 +315,8 @@ def _flagged(results: dict[str, Any]) -> bool:
         if isinstance(part, dict) and (
             part.get("lower_bound") or any(isinstance(v, dict) and v.get("timed_out") for v in part.values())
         ):
+            return True
+        if any(r[t].get("lower_bound") for r in _rates(part) for t in ("changelog", "mirror")):
             return True
     return False
 
@@ -242,7 +341,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     results = result["results"]
     flavors = [f for f in result["settings"]["flavors"] if f in results]
-    fig, axes = plt.subplots(3, 2, figsize=(14, 14))
+    fig, axes = plt.subplots(4, 2, figsize=(14, 18.5))
     fig.suptitle(f"gtidsnap benchmark `{result['label']}`\n{_wrap(describe(result), 150)}", fontsize=9)
     _throughput(
         axes[0][0],
@@ -256,7 +355,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     _idle(axes[1][1], results, flavors)
     _memory(axes[2][0], results, flavors, result["settings"])
     _latency(axes[2][1], results, flavors, result["settings"])
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    _freshness(axes[3][0], results, flavors, result["settings"])
+    _offered(axes[3][1], results, flavors)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -400,17 +501,116 @@ def _memory(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict
 
 
 def _latency(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict[str, Any]) -> None:
-    rate = _num(settings.get("latency_rows_per_s", 5000))
-    title = f"f. commit-to-visible in the Delta mirror at {rate} rows/s"
-    plotted = False
+    rate = settings.get("latency_rows_per_s", 5000)
+    title = f"f. commit-to-visible in Delta at {_num(rate)} rows/s: mirror, changelog (dashed)"
+    plotted = changelog = False
     for f, color in zip(flavors, ("tab:blue", "tab:orange"), strict=False):
         d = _ok(results, f, "f")
-        if d is None:
+        if d is None or not d.get("quantiles_s"):
             continue
-        label = f"{NAMES.get(f, f)}: p50 {d['p50_s']:.2f} s, p99 {d['p99_s']:.2f} s"
+        label = f"{NAMES.get(f, f)} mirror: p50 {d['p50_s']:.2f} s, p99 {d['p99_s']:.2f} s"
         _percentiles(ax, d["quantiles_s"], color=color, label=label)
         plotted = True
+        entry = _at_rate(d, rate)
+        if entry is not None and entry["changelog"].get("quantiles_s"):
+            c = entry["changelog"]
+            label = f"{NAMES.get(f, f)} changelog: p50 {c['p50_s']:.2f} s, p99 {c['p99_s']:.2f} s"
+            _percentiles(ax, c["quantiles_s"], "--", color=color, label=label)
+            changelog = True
     if not plotted:
         _empty(ax, title)
         return
-    _finish(ax, title, "seconds", "percentile")
+    if changelog:  # a second next to fifteen: both readable
+        ax.set_xscale("log")
+        _log_ticks(ax.xaxis, lambda v: f"{v:g}")
+    _finish(ax, title, "seconds" + (" (log)" if changelog else ""), "percentile")
+
+
+def _log_ticks(axis: Any, text: Callable[[float], str]) -> None:
+    """Ticks at 1, 2, 5 of every decade of a log axis, as plain numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: text(v)))
+    axis.set_minor_locator(NullLocator())
+
+
+def _rate_axis(ax: Any, offered: list[float]) -> None:
+    """A log x axis of offered rows/s, ticked at the rates measured."""
+    ax.set_xscale("log")
+    ticks = sorted(set(offered))
+    ax.set_xticks(ticks, [_num(t) for t in ticks])
+    ax.minorticks_off()
+
+
+def _freshness(ax: Any, results: dict[str, Any], flavors: list[str], settings: dict[str, Any]) -> None:
+    title = "f. freshness against the offered rate: p50 (o) and p99 (^) s, changelog and mirror (dashed)"
+    offered: list[float] = []
+    seconds: list[float] = []
+    for f, color in zip(flavors, ("tab:blue", "tab:orange"), strict=False):
+        entries = _rates(results[f].get("f"))
+        if not entries:
+            continue
+        x = [r["offered_rows_per_s"] for r in entries]
+        offered += x
+        for table, style in (("changelog", "-"), ("mirror", "--")):
+            for stat, marker, alpha in (("p50_s", "o", 1.0), ("p99_s", "^", 0.55)):
+                y = [r[table][stat] if r[table][stat] > 0 else math.nan for r in entries]
+                name = f"{NAMES.get(f, f)} {table} {stat[:3]}"
+                ax.plot(x, y, style + marker, color=color, alpha=alpha, label=name)
+                low = [
+                    (xi, yi) for xi, yi, r in zip(x, y, entries, strict=True) if r[table].get("lower_bound")
+                ]
+                if low:  # hollow: a lower bound
+                    ax.plot(
+                        *zip(*low, strict=True), marker, color=color, alpha=alpha, markerfacecolor="white"
+                    )
+                seconds += [v for v in y if not math.isnan(v)]
+    if not offered:
+        _empty(ax, title)
+        return
+    ax.set_yscale("log")
+    top = max([*seconds, *TARGETS.values()])
+    ax.set_ylim(min([*seconds, *TARGETS.values()]) / 1.5, top * 1.6)
+    _log_ticks(ax.yaxis, lambda v: f"{v:g}")
+    for key, style, what in (("changelog_p50_s", "-", "changelog"), ("mirror_p50_s", "--", "mirror")):
+        ax.axhline(TARGETS[key], color="grey", linestyle=style, linewidth=0.8)
+        ax.annotate(
+            f"target: {what} p50 {LE} {TARGETS[key]:g} s",
+            (0.01, TARGETS[key]),
+            xycoords=("axes fraction", "data"),
+            va="bottom",
+            fontsize=7,
+            color="grey",
+        )
+    ax.axvline(settings.get("latency_rows_per_s", 5000), color="grey", linestyle=":", linewidth=0.8)
+    _rate_axis(ax, offered)
+    _finish(ax, title, "offered rows/s (log; hollow: a lower bound)", "seconds (log)", legend_size=6)
+
+
+def _offered(ax: Any, results: dict[str, Any], flavors: list[str]) -> None:
+    title = "f. rows/s against the offered rate: the writer reached (s), gtidsnap sustained (o)"
+    offered: list[float] = []
+    for f, color in zip(flavors, ("tab:blue", "tab:orange"), strict=False):
+        entries = _rates(results[f].get("f"))
+        if not entries:
+            continue
+        x = [r["offered_rows_per_s"] for r in entries]
+        offered += x
+        ax.plot(
+            x, [r["writer_rows_per_s"] for r in entries], "s:", color=color, label=f"{NAMES.get(f, f)} writer"
+        )
+        sustained = [r["sustained_rows_per_s"] for r in entries]
+        ax.plot(x, sustained, "o-", color=color, label=f"{NAMES.get(f, f)} gtidsnap sustained")
+        for xi, yi, r in zip(x, sustained, entries, strict=True):
+            if r.get("backlog_growing"):
+                ax.annotate("backlog grows", (xi, yi), ha="center", va="top", fontsize=7, color=color)
+    if not offered:
+        _empty(ax, title)
+        return
+    line = [min(offered), max(offered)]
+    ax.plot(line, line, color="grey", linewidth=0.8, label="offered")
+    ax.set_yscale("log")
+    _log_ticks(ax.yaxis, lambda v: _num(v))
+    _rate_axis(ax, offered)
+    _finish(ax, title, "offered rows/s (log)", "rows/s (log)")
