@@ -28,7 +28,7 @@ from gtidsnap.records import Record
 from gtidsnap.replica import Replica
 from gtidsnap.runner import build_engine
 from gtidsnap.schema import Column, TableSchema
-from gtidsnap.sinks.delta import DeltaSink, changelog_path, list_tables, mirror_path
+from gtidsnap.sinks.delta import DeltaSink, changelog_path, current_state, list_tables, mirror_path
 from tests.integration.cdc import (
     Writer,
     changelog_record,
@@ -375,17 +375,28 @@ def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
     assert again.commit() == {"delta_batch": 3}, "the catch-up took batch 3"
 
     again.write([change("u", 9, row(6, "chunk 6"), row(6, "changed"))])
+    again.write([change("d", 10, row(1, "chunk 1"), None), change("c", 11, None, row(7, "new"))])
     assert again.commit() == {"delta_batch": 4}
     assert ("changed",) not in read(spark, mirror, "name")
+    freshest = current_state(spark, again.root, ORDERS)
+    assert sorted(tuple(r) for r in freshest.select("id", "name", "_seq").collect()) == [
+        (3, "chunk 3", 4),
+        (4, "chunk 4", 5),
+        (5, "chunk 5", 6),
+        (6, "changed", 9),
+        (7, "new", 11),
+    ], "the mirror overlaid with the changelog above its watermark"
+    assert freshest.columns == spark.read.format("delta").load(mirror).columns
     again.drain()
     assert again.commit() == {"delta_batch": 5}, "drain: a batch of the waiting changes alone"
     assert read(spark, mirror, "id", "name") == [
-        (1, "chunk 1"),
         (3, "chunk 3"),
         (4, "chunk 4"),
         (5, "chunk 5"),
         (6, "changed"),
+        (7, "new"),
     ]
+    assert sorted(tuple(r) for r in current_state(spark, again.root, ORDERS).collect()) == read(spark, mirror)
     again.close()
 
     reopened = make_sink(spark, tmp_path, merge_interval_s=3600)

@@ -56,6 +56,7 @@ changes and Arrow), ``recovery`` (the undo when the sink opens), ``sink`` (:clas
 ``writes`` (helpers of its Delta writes), ``util`` (what several of them share).
 """
 
+from gtidsnap.sinks.delta.catch_up import current_state
 from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn, plan_columns
 from gtidsnap.sinks.delta.layout import (
     CHANGELOG_SUFFIX,
@@ -92,6 +93,7 @@ __all__ = [
     "changelog_path",
     "changes_of",
     "clear_uncommitted_log",
+    "current_state",
     "decode_name",
     "default_app_id",
     "encode_name",

@@ -15,6 +15,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gtidsnap.model import TableId
+from gtidsnap.sinks.delta.layout import changelog_path, mirror_path, recorded_key
 from gtidsnap.sinks.delta.util import quote
 
 if TYPE_CHECKING:
@@ -84,3 +86,26 @@ def has_streamed_rows(spark: SparkSession, mirror: str) -> bool:
     """Does the mirror hold a row last written by anything but a snapshot row (``_op`` other than r)?
     Files of snapshot rows only are skipped by their statistics."""
     return bool(spark.read.format("delta").load(mirror).where("_op <> 'r'").limit(1).count())
+
+
+def current_state(spark: SparkSession, root: str, table: TableId) -> DataFrame:
+    """The freshest state of a source table: its mirror, overlaid with the changelog's records the
+    mirror does not hold yet (above its watermark), the newest per key; deletes remove the row. Columns
+    of the mirror (the changelog's ``_snapshot`` left out)."""
+    from delta.tables import DeltaTable
+
+    mirror, changelog = mirror_path(root, table), changelog_path(root, table)
+    rows = spark.read.format("delta").load(mirror)
+    if not DeltaTable.isDeltaTable(spark, changelog):
+        return rows
+    history = DeltaTable.forPath(spark, mirror).history()
+    held = merged_watermark(
+        history.select("version", "operation", "userMetadata", "operationParameters").collect()
+    )
+    key = recorded_key(spark, mirror)
+    if held == NOTHING_WAITS or not key:
+        return rows
+    recent = changelog_after(spark, changelog, key, held)
+    kept = rows.join(recent.select(*key), on=list(key), how="left_anti")
+    newer = recent.where("_op <> 'd'").select(*rows.columns)
+    return kept.unionByName(newer)

@@ -4,16 +4,13 @@ docstring of :mod:`gtidsnap.sinks.delta`)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from gtidsnap.config import SinkSettings
 from gtidsnap.crashpoints import crash_point
@@ -23,41 +20,31 @@ from gtidsnap.records import Record
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks import delta_types
 from gtidsnap.sinks.delta.catch_up import (
-    MERGED_SEQ,
     NOTHING_WAITS,
     changelog_after,
     has_streamed_rows,
     merged_watermark,
 )
-from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
 from gtidsnap.sinks.delta.layout import (
-    KEY_PROPERTY,
-    SOURCE_PROPERTY,
     DeltaTableRef,
     absolute_root,
     changelog_path,
-    clear_uncommitted_log,
     default_app_id,
     list_tables,
     mirror_path,
     recorded_key,
 )
 from gtidsnap.sinks.delta.recovery import history_since, recover
-from gtidsnap.sinks.delta.rows import Change, arrow_rows, changes_of, last_per_key
+from gtidsnap.sinks.delta.rows import Change, changes_of, last_per_key
+from gtidsnap.sinks.delta.tables import DeltaTables, Shape
 from gtidsnap.sinks.delta.util import (
-    MATERIALIZE_SOURCE,
-    TXN_APP_ID,
-    TXN_VERSION,
-    USER_METADATA,
     quote,
     short_error,
 )
-from gtidsnap.sinks.delta.writes import evolved_schema, prune_condition, retry_conflicts
 from gtidsnap.sinks.mirror_route import Key, MergePolicy, route
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column as SparkColumn
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("gtidsnap.sinks.delta")
 
@@ -116,8 +103,7 @@ class DeltaSink:
         self._failed: int | None = None  # a batch whose commit failed, to be retried as is
         self._pending: dict[TableId, _Pending] = {}
         self._shapes: dict[TableId, TableSchema] = {}
-        self._delta_schemas: dict[str, T.StructType] = {}
-        self._delta_keys: dict[str, list[str] | None] = {}
+        self._tables: DeltaTables | None = None
         # Deferred merges (the changelog holds what waits) and the append route of fresh rows:
         interval = settings.merge_interval_s if settings.changelog else 0.0
         self._policy = MergePolicy(interval_s=interval, max_rows=settings.merge_rows)
@@ -136,6 +122,12 @@ class DeltaSink:
         if self._spark is None:
             raise SinkError("the Delta sink is not open")
         return self._spark
+
+    @property
+    def tables(self) -> DeltaTables:
+        if self._tables is None:
+            raise SinkError("the Delta sink is not open")
+        return self._tables
 
     # ------------------------------------------------------------------ Sink protocol
     def open(self, committed: Any) -> None:
@@ -159,6 +151,7 @@ class DeltaSink:
             for ref in tables:
                 highest = max(highest, recover(self.spark, ref, last or 0).max_batch)
             self._reset()
+            self._tables = DeltaTables(self.spark, self.app_id)
             if self._catch_up(tables, last or 0, highest + 1):
                 highest += 1
         except SinkError:
@@ -268,8 +261,7 @@ class DeltaSink:
 
     def _reset(self) -> None:
         self._pending.clear()
-        self._delta_schemas.clear()
-        self._delta_keys.clear()
+        self._tables = None
         self._waiting.clear()
         self._held.clear()
         self._top_seq.clear()
@@ -297,9 +289,9 @@ class DeltaSink:
             waiting = self._waiting.setdefault(table, _Waiting(pending.schema))
             waiting.schema = pending.schema
             waiting.seen.update(pending.seen)
-            shape = _Pending(waiting.schema, dict(waiting.seen))
-            if self._delta_schema(mirror) is None:  # created first: a changelog never lacks its mirror
-                self._prepare(table, mirror, shape, delta_types.MIRROR_META, cdf=True)
+            shape = Shape(waiting.schema, dict(waiting.seen))
+            if self.tables.delta_schema(mirror) is None:  # created first: a changelog never lacks its mirror
+                self.tables.prepare(table, mirror, shape, delta_types.MIRROR_META, cdf=True)
             routed = route(changes, self._held_keys(table, mirror, changes, waiting))
             if routed.merge and waiting.since is None:
                 waiting.since = time.monotonic()
@@ -309,11 +301,11 @@ class DeltaSink:
                 self._top_seq[table] = max(self._top_seq.get(table, -1), changes[-1].seq)
             if waiting.changes and self._due(waiting):
                 merged = last_per_key(waiting.changes + appended)
-                self._merge(table, mirror, shape, merged, batch, self._top_seq[table])
+                self.tables.merge(table, mirror, shape, merged, batch, self._top_seq[table])
                 waiting.changes, waiting.since = [], None
             elif appended:
                 top = waiting.changes[0].seq - 1 if waiting.changes else self._top_seq[table]
-                self._append_mirror(table, mirror, shape, appended, batch, top)
+                self.tables.append_mirror(table, mirror, shape, appended, batch, top)
             crash_point("delta-after-mirror")
             if self.settings.changelog and changes:
                 self._append(table, changelog_path(self.root, table), pending, changes, batch)
@@ -347,109 +339,6 @@ class DeltaSink:
         self._held[table] = keys
         return keys
 
-    def _prepare(
-        self, table: TableId, path: str, pending: _Pending, meta: Sequence[T.StructField], cdf: bool
-    ) -> ColumnPlan:
-        """The column plan of a write; creates the table (empty, its own first version) or widens types."""
-        from delta.tables import DeltaTable
-
-        existing = self._delta_schema(path)
-        plan = plan_columns(table, path, existing, pending.schema, pending.seen)
-        key = list(pending.schema.key)
-        if existing is None:
-            if clear_uncommitted_log(self.spark, path):
-                log.warning(
-                    "%s: removed a _delta_log without any committed version (a creation cut short)", path
-                )
-            crash_point("delta-before-create")
-            fields = [T.StructField(c.name, c.data_type, True) for c in plan.columns] + list(meta)
-            builder = (
-                DeltaTable.createIfNotExists(self.spark)
-                .location(path)
-                .addColumns(T.StructType(fields))
-                .property(KEY_PROPERTY, json.dumps(key))
-                .property(SOURCE_PROPERTY, str(table))
-            )
-            if cdf:
-                builder = builder.property("delta.enableChangeDataFeed", "true")
-            builder.execute()
-            crash_point("delta-after-create")
-            self._delta_schemas[path] = T.StructType(fields)
-            self._delta_keys[path] = key
-            log.info("created %s for %s", path, table)
-            return plan
-        stored = self._delta_key(path)
-        if stored is not None and stored != key:
-            raise SinkError(
-                f"the primary key of {table} is now ({', '.join(key)}) but {path} is merged by "
-                f"({', '.join(stored)}): move the Delta tables of {table} away and snapshot it again"
-            )
-        if plan.widen:
-            self.spark.sql(
-                f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
-            )
-            for name, data_type in plan.widen.items():
-                self.spark.sql(
-                    f"ALTER TABLE delta.`{path}` CHANGE COLUMN {quote(name)} TYPE {data_type.simpleString()}"
-                )
-                log.warning("%s: column %s widened to %s", path, name, data_type.simpleString())
-            self._delta_schemas.pop(path, None)
-        return plan
-
-    def _merge(
-        self,
-        table: TableId,
-        path: str,
-        pending: _Pending,
-        changes: Sequence[Change],
-        batch: int,
-        merged_seq: int,
-    ) -> None:
-        plan = self._prepare(table, path, pending, delta_types.MIRROR_META, cdf=True)
-        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
-        source = self.spark.createDataFrame(rows, schema=struct)
-        condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in pending.schema.key))
-        condition = prune_condition(condition, plan, pending.schema, changes)
-        self._merge_source(path, source, condition, batch, merged_seq)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
-
-    def _merge_source(
-        self, path: str, source: DataFrame, condition: SparkColumn, batch: int, merged_seq: int
-    ) -> None:
-        """MERGE by key, newest ``_seq`` wins; the commit says how far the mirror holds the changelog."""
-        from delta.tables import DeltaTable
-
-        merge = (
-            DeltaTable.forPath(self.spark, path)
-            .alias("t")
-            .merge(source.alias("s"), condition)
-            .whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
-            .whenMatchedUpdateAll(condition="s._op <> 'd' AND s._seq > t._seq")
-            .whenNotMatchedInsertAll(condition="s._op <> 'd'")
-            .withSchemaEvolution()
-        )
-        with self._txn(batch, merged_seq):
-            retry_conflicts(lambda: merge.execute(), path)
-
-    def _append_mirror(
-        self,
-        table: TableId,
-        path: str,
-        pending: _Pending,
-        changes: Sequence[Change],
-        batch: int,
-        merged_seq: int,
-    ) -> None:
-        """Fresh snapshot rows whose keys the mirror cannot hold: a plain APPEND (what the MERGE would
-        do with them, at the cost of a write)."""
-        plan = self._prepare(table, path, pending, delta_types.MIRROR_META, cdf=True)
-        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
-        frame: DataFrame = self.spark.createDataFrame(rows, schema=struct)
-        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
-        with self._txn(batch, merged_seq):
-            retry_conflicts(lambda: writer.save(path), path)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
-
     def _catch_up(self, tables: Sequence[DeltaTableRef], last: int, batch: int) -> bool:
         """MERGE into each mirror the changelog records it does not hold yet (a run stopped while they
         waited), as batch ``batch``; see :mod:`gtidsnap.sinks.delta.catch_up`. True if any was."""
@@ -473,7 +362,7 @@ class DeltaSink:
             crash_point("delta-before-catch-up")
             source = changelog_after(self.spark, changelog, key, held)
             condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key))
-            self._merge_source(ref.path, source, condition, batch, int(top))
+            self.tables.merge_source(ref.path, source, condition, batch, int(top))
             crash_point("delta-after-catch-up")
             caught += 1
             log.info(
@@ -484,50 +373,7 @@ class DeltaSink:
     def _append(
         self, table: TableId, path: str, pending: _Pending, changes: Sequence[Change], batch: int
     ) -> None:
-        plan = self._prepare(table, path, pending, delta_types.CHANGELOG_META, cdf=False)
-        rows, struct = arrow_rows(table, plan, changes, delta_types.CHANGELOG_META)
-        frame: DataFrame = self.spark.createDataFrame(rows, schema=struct)
-        writer = (
-            frame.write.format("delta")
-            .mode("append")
-            .option("mergeSchema", "true")
-            .option("txnAppId", self.app_id)
-            .option("txnVersion", str(batch))
-            .option("userMetadata", json.dumps({"gtidsnap_batch": batch, "app_id": self.app_id}))
-        )
-        retry_conflicts(lambda: writer.save(path), path)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
-
-    @contextmanager
-    def _txn(self, batch: int, merged_seq: int) -> Iterator[None]:
-        """Session settings of a batch's mirror write: idempotent, tagged with its batch and how far the
-        mirror then holds the changelog, its source (in memory, or the changelog) read as is."""
-        conf = self.spark.conf
-        conf.set(TXN_APP_ID, self.app_id)
-        conf.set(TXN_VERSION, str(batch))
-        meta = {"gtidsnap_batch": batch, "app_id": self.app_id, MERGED_SEQ: merged_seq}
-        conf.set(USER_METADATA, json.dumps(meta))
-        conf.set(MATERIALIZE_SOURCE, "none")
-        try:
-            yield
-        finally:
-            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA, MATERIALIZE_SOURCE):
-                conf.unset(key)
-
-    def _delta_key(self, path: str) -> list[str] | None:
-        """The key a table is merged by, from its table property (None: not recorded)."""
-        if path not in self._delta_keys:
-            self._delta_keys[path] = recorded_key(self.spark, path)
-        return self._delta_keys[path]
-
-    def _delta_schema(self, path: str) -> T.StructType | None:
-        from delta.tables import DeltaTable
-
-        if path not in self._delta_schemas:
-            if not DeltaTable.isDeltaTable(self.spark, path):
-                return None
-            self._delta_schemas[path] = DeltaTable.forPath(self.spark, path).toDF().schema
-        return self._delta_schemas[path]
+        self.tables.append_changelog(table, path, Shape(pending.schema, pending.seen), changes, batch)
 
     # ------------------------------------------------------------------ position
     def _parse_position(self, committed: Any) -> int | None:

@@ -1,0 +1,203 @@
+"""The Delta writes of the sink, each idempotent per batch (Delta's txnAppId/txnVersion) and tagged
+with its batch: tables created empty as their own first version and their column types widened, the
+mirror's MERGE (newest ``_seq`` wins) and APPEND, the changelog's APPEND."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from gtidsnap.crashpoints import crash_point
+from gtidsnap.errors import SinkError
+from gtidsnap.model import TableId
+from gtidsnap.schema import Column, TableSchema
+from gtidsnap.sinks import delta_types
+from gtidsnap.sinks.delta.catch_up import MERGED_SEQ
+from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
+from gtidsnap.sinks.delta.layout import KEY_PROPERTY, SOURCE_PROPERTY, clear_uncommitted_log, recorded_key
+from gtidsnap.sinks.delta.rows import Change, arrow_rows
+from gtidsnap.sinks.delta.util import MATERIALIZE_SOURCE, TXN_APP_ID, TXN_VERSION, USER_METADATA, quote
+from gtidsnap.sinks.delta.writes import evolved_schema, prune_condition, retry_conflicts
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("gtidsnap.sinks.delta")
+
+
+@dataclass
+class Shape:
+    """A source table's shape for a write: the engine's current one, and every column seen with the
+    rows written (a dropped column still has values in the earlier ones)."""
+
+    schema: TableSchema
+    seen: dict[str, Column]
+
+
+class DeltaTables:
+    """The Delta tables of one sink: its SparkSession, its app id, what it knows of their schemas."""
+
+    def __init__(self, spark: SparkSession, app_id: str) -> None:
+        self.spark = spark
+        self.app_id = app_id
+        self._delta_schemas: dict[str, T.StructType] = {}
+        self._delta_keys: dict[str, list[str] | None] = {}
+
+    def prepare(
+        self, table: TableId, path: str, shape: Shape, meta: Sequence[T.StructField], cdf: bool
+    ) -> ColumnPlan:
+        """The column plan of a write; creates the table (empty, its own first version) or widens types."""
+        from delta.tables import DeltaTable
+
+        existing = self.delta_schema(path)
+        plan = plan_columns(table, path, existing, shape.schema, shape.seen)
+        key = list(shape.schema.key)
+        if existing is None:
+            if clear_uncommitted_log(self.spark, path):
+                log.warning(
+                    "%s: removed a _delta_log without any committed version (a creation cut short)", path
+                )
+            crash_point("delta-before-create")
+            fields = [T.StructField(c.name, c.data_type, True) for c in plan.columns] + list(meta)
+            builder = (
+                DeltaTable.createIfNotExists(self.spark)
+                .location(path)
+                .addColumns(T.StructType(fields))
+                .property(KEY_PROPERTY, json.dumps(key))
+                .property(SOURCE_PROPERTY, str(table))
+            )
+            if cdf:
+                builder = builder.property("delta.enableChangeDataFeed", "true")
+            builder.execute()
+            crash_point("delta-after-create")
+            self._delta_schemas[path] = T.StructType(fields)
+            self._delta_keys[path] = key
+            log.info("created %s for %s", path, table)
+            return plan
+        stored = self.delta_key(path)
+        if stored is not None and stored != key:
+            raise SinkError(
+                f"the primary key of {table} is now ({', '.join(key)}) but {path} is merged by "
+                f"({', '.join(stored)}): move the Delta tables of {table} away and snapshot it again"
+            )
+        if plan.widen:
+            self.spark.sql(
+                f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+            )
+            for name, data_type in plan.widen.items():
+                self.spark.sql(
+                    f"ALTER TABLE delta.`{path}` CHANGE COLUMN {quote(name)} TYPE {data_type.simpleString()}"
+                )
+                log.warning("%s: column %s widened to %s", path, name, data_type.simpleString())
+            self._delta_schemas.pop(path, None)
+        return plan
+
+    def merge(
+        self,
+        table: TableId,
+        path: str,
+        shape: Shape,
+        changes: Sequence[Change],
+        batch: int,
+        merged_seq: int,
+    ) -> None:
+        plan = self.prepare(table, path, shape, delta_types.MIRROR_META, cdf=True)
+        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
+        source = self.spark.createDataFrame(rows, schema=struct)
+        condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in shape.schema.key))
+        condition = prune_condition(condition, plan, shape.schema, changes)
+        self.merge_source(path, source, condition, batch, merged_seq)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+
+    def merge_source(
+        self, path: str, source: DataFrame, condition: SparkColumn, batch: int, merged_seq: int
+    ) -> None:
+        """MERGE by key, newest ``_seq`` wins; the commit says how far the mirror holds the changelog."""
+        from delta.tables import DeltaTable
+
+        merge = (
+            DeltaTable.forPath(self.spark, path)
+            .alias("t")
+            .merge(source.alias("s"), condition)
+            .whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
+            .whenMatchedUpdateAll(condition="s._op <> 'd' AND s._seq > t._seq")
+            .whenNotMatchedInsertAll(condition="s._op <> 'd'")
+            .withSchemaEvolution()
+        )
+        with self._txn(batch, merged_seq):
+            retry_conflicts(lambda: merge.execute(), path)
+
+    def append_mirror(
+        self,
+        table: TableId,
+        path: str,
+        shape: Shape,
+        changes: Sequence[Change],
+        batch: int,
+        merged_seq: int,
+    ) -> None:
+        """Fresh snapshot rows whose keys the mirror cannot hold: a plain APPEND (what the MERGE would
+        do with them, at the cost of a write)."""
+        plan = self.prepare(table, path, shape, delta_types.MIRROR_META, cdf=True)
+        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
+        frame: DataFrame = self.spark.createDataFrame(rows, schema=struct)
+        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
+        with self._txn(batch, merged_seq):
+            retry_conflicts(lambda: writer.save(path), path)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+
+    def append_changelog(
+        self, table: TableId, path: str, shape: Shape, changes: Sequence[Change], batch: int
+    ) -> None:
+        plan = self.prepare(table, path, shape, delta_types.CHANGELOG_META, cdf=False)
+        rows, struct = arrow_rows(table, plan, changes, delta_types.CHANGELOG_META)
+        frame: DataFrame = self.spark.createDataFrame(rows, schema=struct)
+        writer = (
+            frame.write.format("delta")
+            .mode("append")
+            .option("mergeSchema", "true")
+            .option("txnAppId", self.app_id)
+            .option("txnVersion", str(batch))
+            .option("userMetadata", json.dumps({"gtidsnap_batch": batch, "app_id": self.app_id}))
+        )
+        retry_conflicts(lambda: writer.save(path), path)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+
+    def delta_key(self, path: str) -> list[str] | None:
+        """The key a table is merged by, from its table property (None: not recorded)."""
+        if path not in self._delta_keys:
+            self._delta_keys[path] = recorded_key(self.spark, path)
+        return self._delta_keys[path]
+
+    def delta_schema(self, path: str) -> T.StructType | None:
+        from delta.tables import DeltaTable
+
+        if path not in self._delta_schemas:
+            if not DeltaTable.isDeltaTable(self.spark, path):
+                return None
+            self._delta_schemas[path] = DeltaTable.forPath(self.spark, path).toDF().schema
+        return self._delta_schemas[path]
+
+    @contextmanager
+    def _txn(self, batch: int, merged_seq: int) -> Iterator[None]:
+        """Session settings of a batch's mirror write: idempotent, tagged with its batch and how far the
+        mirror then holds the changelog, its source (in memory, or the changelog) read as is."""
+        conf = self.spark.conf
+        conf.set(TXN_APP_ID, self.app_id)
+        conf.set(TXN_VERSION, str(batch))
+        meta = {"gtidsnap_batch": batch, "app_id": self.app_id, MERGED_SEQ: merged_seq}
+        conf.set(USER_METADATA, json.dumps(meta))
+        conf.set(MATERIALIZE_SOURCE, "none")
+        try:
+            yield
+        finally:
+            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA, MATERIALIZE_SOURCE):
+                conf.unset(key)
