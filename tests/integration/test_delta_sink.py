@@ -405,6 +405,32 @@ def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
     reopened.close()
 
 
+def test_snapshot_rows_kept_out_of_the_changelog(spark: SparkSession, tmp_path: Path) -> None:
+    """sink.changelog_snapshot_rows = false: snapshot rows reach the mirror only (appended, or merged
+    at once when their key had another change: nothing else would hold them while they wait)."""
+    settings = SinkSettings(
+        type="delta",
+        path=str(tmp_path),
+        app_id="test-app",
+        merge_interval_s=3600,
+        changelog_snapshot_rows=False,
+    )
+    sink = DeltaSink(settings, lambda: spark, lambda table: SCHEMAS[table])
+    mirror, changelog = mirror_path(sink.root, ORDERS), changelog_path(sink.root, ORDERS)
+    sink.open(None)
+    sink.write([change("u", 1, row(3, "x"), row(3, "streamed"))])
+    sink.write([change("r", 1 + k, None, row(k, f"chunk {k}"), fresh=True) for k in range(1, 5)])
+    assert sink.commit() == {"delta_batch": 1}
+    assert read(spark, changelog, "_seq", "_op") == [(1, "u")]
+    assert read(spark, mirror, "id", "name", "_seq") == [
+        (1, "chunk 1", 2),
+        (2, "chunk 2", 3),
+        (3, "chunk 3", 4),
+        (4, "chunk 4", 5),
+    ], "key 3's snapshot row merged at once, with the change that waited"
+    sink.close()
+
+
 # ----------------------------------------------------------------------------- end to end
 
 ALL_TYPES = """

@@ -299,7 +299,11 @@ class DeltaSink:
             appended = [changes[i] for i in routed.append]
             if changes:
                 self._top_seq[table] = max(self._top_seq.get(table, -1), changes[-1].seq)
-            if waiting.changes and self._due(waiting):
+            # snapshot rows kept out of the changelog cannot wait for a MERGE: nothing else holds them
+            unlogged = not self.settings.changelog_snapshot_rows and any(
+                changes[i].op == "r" for i in routed.merge
+            )
+            if waiting.changes and (unlogged or self._due(waiting)):
                 merged = last_per_key(waiting.changes + appended)
                 self.tables.merge(table, mirror, shape, merged, batch, self._top_seq[table])
                 waiting.changes, waiting.since = [], None
@@ -307,8 +311,11 @@ class DeltaSink:
                 top = waiting.changes[0].seq - 1 if waiting.changes else self._top_seq[table]
                 self.tables.append_mirror(table, mirror, shape, appended, batch, top)
             crash_point("delta-after-mirror")
-            if self.settings.changelog and changes:
-                self._append(table, changelog_path(self.root, table), pending, changes, batch)
+            logged = changes
+            if not self.settings.changelog_snapshot_rows:
+                logged = [c for c in changes if c.op != "r"]
+            if self.settings.changelog and logged:
+                self._append(table, changelog_path(self.root, table), pending, logged, batch)
                 crash_point("delta-after-changelog")
         finally:
             self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,23 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("gtidsnap.sinks.delta")
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CHECKPOINT_INTERVAL = 50  # commits between Delta checkpoints (Delta's default, 10, costs 4-8 CPU-s each)
+
+
+def table_properties(key: Sequence[str], mirror: bool) -> dict[str, str]:
+    """Properties a table is created with: file statistics on the columns writes and reads filter by
+    (the key, ``_seq``, the mirror's ``_op``) instead of the first 32 (text and JSON included), fewer
+    Delta checkpoints, and the mirror's Change Data Feed."""
+    properties = {"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)}
+    if mirror:
+        properties["delta.enableChangeDataFeed"] = "true"
+    stats = [*key, "_seq", *(["_op"] if mirror else [])]
+    if all(_PLAIN_NAME.fullmatch(name) for name in stats):  # other names: Delta's default statistics
+        properties["delta.dataSkippingStatsColumns"] = ",".join(stats)
+    return properties
 
 
 @dataclass
@@ -74,8 +92,8 @@ class DeltaTables:
                 .property(KEY_PROPERTY, json.dumps(key))
                 .property(SOURCE_PROPERTY, str(table))
             )
-            if cdf:
-                builder = builder.property("delta.enableChangeDataFeed", "true")
+            for name, value in table_properties(key, cdf).items():
+                builder = builder.property(name, value)
             builder.execute()
             crash_point("delta-after-create")
             self._delta_schemas[path] = T.StructType(fields)
@@ -109,13 +127,11 @@ class DeltaTables:
         batch: int,
         merged_seq: int,
     ) -> None:
-        plan = self.prepare(table, path, shape, delta_types.MIRROR_META, cdf=True)
-        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
-        source = self.spark.createDataFrame(rows, schema=struct)
+        plan, source = self._mirror_rows(table, path, shape, changes)
         condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in shape.schema.key))
         condition = prune_condition(condition, plan, shape.schema, changes)
         self.merge_source(path, source, condition, batch, merged_seq)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), source.schema)
 
     def merge_source(
         self, path: str, source: DataFrame, condition: SparkColumn, batch: int, merged_seq: int
@@ -146,13 +162,19 @@ class DeltaTables:
     ) -> None:
         """Fresh snapshot rows whose keys the mirror cannot hold: a plain APPEND (what the MERGE would
         do with them, at the cost of a write)."""
-        plan = self.prepare(table, path, shape, delta_types.MIRROR_META, cdf=True)
-        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
-        frame: DataFrame = self.spark.createDataFrame(rows, schema=struct)
+        _, frame = self._mirror_rows(table, path, shape, changes)
         writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
         with self._txn(batch, merged_seq):
             retry_conflicts(lambda: writer.save(path), path)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), frame.schema)
+
+    def _mirror_rows(
+        self, table: TableId, path: str, shape: Shape, changes: Sequence[Change]
+    ) -> tuple[ColumnPlan, DataFrame]:
+        """The mirror's column plan (the table created or widened first) and the changes as its rows."""
+        plan = self.prepare(table, path, shape, delta_types.MIRROR_META, cdf=True)
+        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
+        return plan, self.spark.createDataFrame(rows, schema=struct)
 
     def append_changelog(
         self, table: TableId, path: str, shape: Shape, changes: Sequence[Change], batch: int
