@@ -455,6 +455,23 @@ def landing(cli: DeltaCli, crash: str, log: str, paths: dict[str, str]) -> Landi
     return Landing(crash, checkpoint_batch, batch, frozenset(expected), batch_holders(histories, batch), how)
 
 
+def crash_cli(pair: ReplicaPair, db: str, out: Path, merge_interval_s: str) -> DeltaCli:
+    """Tables a and b of 200 rows, and the CLI that snapshots them with chunks of 20, 100 ms apart (a
+    snapshot, redone from scratch while the checkpoint has none, spans batches)."""
+    for t in TABLES:
+        create_table(pair, db, t, 200)
+    return DeltaCli(
+        pair,
+        db,
+        out,
+        {
+            "GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20",
+            "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100",
+            "GTIDSNAP_SINK_MERGE_INTERVAL_S": merge_interval_s,
+        },
+    )
+
+
 def test_kill_9_at_each_point_of_a_delta_commit(
     mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -464,20 +481,8 @@ def test_kill_9_at_each_point_of_a_delta_commit(
     (read back by time travel), and never reuses its number; the last run finishes and the output is
     exact."""
     pair, db = mariadb_pair, maria_db
-    for t in TABLES:
-        create_table(pair, db, t, 200)
-    # chunks 100 ms apart: a snapshot (redone from scratch while the checkpoint has none) spans batches;
     # the mirror is written in every batch (merges not deferred: see the deferred test for those)
-    cli = DeltaCli(
-        pair,
-        db,
-        tmp_path,
-        {
-            "GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20",
-            "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100",
-            "GTIDSNAP_SINK_MERGE_INTERVAL_S": "0",
-        },
-    )
+    cli = crash_cli(pair, db, tmp_path, merge_interval_s="0")
     paths = delta_tables(cli.root, db)
     writer = Writer(
         pair, db, list(TABLES), seed=29, transactions=100_000, pause_s=0.2, every_table=True
@@ -552,18 +557,7 @@ def test_kill_9_in_the_deferred_write_path(
     it. Each crash point is hit in turn while a writer runs; the final output is exact, no key twice,
     no batch number twice, and the mirrors did take appends and catch-ups."""
     pair, db = mariadb_pair, maria_db
-    for t in TABLES:
-        create_table(pair, db, t, 200)
-    cli = DeltaCli(
-        pair,
-        db,
-        tmp_path,
-        {
-            "GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20",
-            "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100",
-            "GTIDSNAP_SINK_MERGE_INTERVAL_S": "5",
-        },
-    )
+    cli = crash_cli(pair, db, tmp_path, merge_interval_s="5")
     writer = Writer(
         pair, db, list(TABLES), seed=31, transactions=100_000, pause_s=0.2, every_table=True
     ).start()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from gtidsnap.errors import SinkError
+from gtidsnap.sinks.delta.catch_up import merged_watermark
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, DeltaTableRef, recorded_key
 from gtidsnap.sinks.delta.util import USER_METADATA, quote, short_error
 
@@ -26,10 +27,12 @@ log = logging.getLogger("gtidsnap.sinks.delta")
 class Recovery:
     restored_to: int | None
     max_batch: int
+    merged_seq: int | None  # a mirror's watermark after recovery (see catch_up.merged_watermark)
 
 
 def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
-    """Undo the commits of batches after ``last`` (see the package docstring); report the top batch."""
+    """Undo the commits of batches after ``last`` (see the package docstring); report the top batch
+    and, read off the same history, how far the table then holds its changelog."""
     from delta.tables import DeltaTable
 
     commits = history_since(DeltaTable.forPath(spark, ref.path), last)
@@ -44,7 +47,7 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
         elif target is not None and _undoes(c, target):
             dirty = False
     if not dirty or target is None:
-        return Recovery(None, highest)
+        return Recovery(None, highest, merged_watermark(commits))
     if target < 0:
         raise SinkError(f"{ref.path} has no version before batch {last + 1} to go back to")
     _undo(spark, ref, target, int(commits[-1]["version"]), last)
@@ -56,7 +59,8 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
         highest,
         target,
     )
-    return Recovery(target, highest)
+    kept = [c for c in commits if int(c["version"]) <= target]
+    return Recovery(target, highest, merged_watermark(kept))
 
 
 def history_since(table: DeltaTable, last: int) -> list[Any]:

@@ -23,10 +23,8 @@ from gtidsnap.sinks.delta.catch_up import (
     NOTHING_WAITS,
     changelog_after,
     has_streamed_rows,
-    merged_watermark,
 )
 from gtidsnap.sinks.delta.layout import (
-    DeltaTableRef,
     absolute_root,
     changelog_path,
     default_app_id,
@@ -34,7 +32,7 @@ from gtidsnap.sinks.delta.layout import (
     mirror_path,
     recorded_key,
 )
-from gtidsnap.sinks.delta.recovery import history_since, recover
+from gtidsnap.sinks.delta.recovery import recover
 from gtidsnap.sinks.delta.rows import Change, changes_of, last_per_key
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape
 from gtidsnap.sinks.delta.util import (
@@ -148,11 +146,16 @@ class DeltaSink:
                     "there: point sink.path at that output, or start over with a new checkpoint"
                 )
             highest = last or 0
+            merged: dict[TableId, int | None] = {}  # each mirror's watermark after recovery
             for ref in tables:
-                highest = max(highest, recover(self.spark, ref, last or 0).max_batch)
+                recovery = recover(self.spark, ref, last or 0)
+                highest = max(highest, recovery.max_batch)
+                if ref.kind == "mirror":
+                    merged[ref.table] = recovery.merged_seq
             self._reset()
             self._tables = DeltaTables(self.spark, self.app_id)
-            if self._catch_up(tables, last or 0, highest + 1):
+            logged = {ref.table for ref in tables if ref.kind == "changelog"}
+            if self._catch_up({t: w for t, w in merged.items() if t in logged}, highest + 1):
                 highest += 1
         except SinkError:
             raise
@@ -233,8 +236,7 @@ class DeltaSink:
         tables = sorted(set(pending) | due)
         for table in tables:
             crash_point("delta-before-table")
-            waiting = self._waiting.get(table)
-            batch_part = pending.get(table) or _Pending(waiting.schema if waiting else self._shape(table))
+            batch_part = pending.get(table) or _Pending(self._waiting[table].schema)  # a due MERGE alone
             try:
                 self._write_table(table, batch_part, batch)
             except SinkError:
@@ -346,34 +348,28 @@ class DeltaSink:
         self._held[table] = keys
         return keys
 
-    def _catch_up(self, tables: Sequence[DeltaTableRef], last: int, batch: int) -> bool:
-        """MERGE into each mirror the changelog records it does not hold yet (a run stopped while they
-        waited), as batch ``batch``; see :mod:`gtidsnap.sinks.delta.catch_up`. True if any was."""
-        from delta.tables import DeltaTable
-
+    def _catch_up(self, watermarks: Mapping[TableId, int | None], batch: int) -> bool:
+        """MERGE into each mirror (with a changelog; by its watermark, from its recovery) the changelog
+        records it does not hold yet (a run stopped while they waited), as batch ``batch``; see
+        :mod:`gtidsnap.sinks.delta.catch_up`. True if any was."""
         caught = 0
-        for ref in tables:
-            if ref.kind != "mirror":
-                continue
-            changelog = changelog_path(self.root, ref.table)
-            if not DeltaTable.isDeltaTable(self.spark, changelog):
-                continue
-            held = merged_watermark(history_since(DeltaTable.forPath(self.spark, ref.path), last))
+        for table, held in sorted(watermarks.items()):
             if held == NOTHING_WAITS:
                 continue
+            mirror, changelog = mirror_path(self.root, table), changelog_path(self.root, table)
             row = self.spark.read.format("delta").load(changelog).agg(F.max("_seq")).first()
             top = row[0] if row is not None else None
-            key = recorded_key(self.spark, ref.path)
+            key = recorded_key(self.spark, mirror)
             if top is None or (held is not None and top <= held) or not key:
                 continue
             crash_point("delta-before-catch-up")
             source = changelog_after(self.spark, changelog, key, held)
             condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key))
-            self.tables.merge_source(ref.path, source, condition, batch, int(top))
+            self.tables.merge_source(mirror, source, condition, batch, int(top))
             crash_point("delta-after-catch-up")
             caught += 1
             log.info(
-                "%s: caught up with its changelog from _seq %s to %s (batch %d)", ref.path, held, top, batch
+                "%s: caught up with its changelog from _seq %s to %s (batch %d)", mirror, held, top, batch
             )
         return caught > 0
 
