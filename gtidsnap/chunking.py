@@ -40,7 +40,6 @@ Params = list[Any]
 UNSUPPORTED_KEY_TYPES = frozenset({"enum", "set", "float"})
 
 
-
 def quote_ident(name: str) -> str:
     """``name`` as a backtick-quoted identifier; a backtick inside is doubled, as the server expects."""
     return "`" + name.replace("`", "``") + "`"

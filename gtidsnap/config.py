@@ -149,6 +149,7 @@ ColumnName = Annotated[str, Field(min_length=1)]
 SurrogateKey = Annotated[list[ColumnName], Field(min_length=1), AfterValidator(_distinct_columns)]
 TlsName = Literal["disabled", "preferred", "required"]
 SinkType = Literal["jsonl", "delta"]
+MirrorKeeper = Literal["gtidsnap", "job"]
 
 
 # --------------------------------------------------------------------------- the settings, once
@@ -257,6 +258,11 @@ class SinkSettings(_Section):
     )
     merge_rows: int = Field(
         default=100_000, ge=1, description="delta: the mirror MERGEs as soon as this many changes wait"
+    )
+    mirror: Annotated[MirrorKeeper, BeforeValidator(_lower)] = Field(
+        default="gtidsnap",
+        description="delta: who writes the mirror tables: gtidsnap, or job (spark/mirror_job.py on any "
+        "Spark cluster merges them from the changelogs; gtidsnap writes the changelogs only)",
     )
 
 
@@ -624,6 +630,19 @@ def _build(settings: Settings, origins: _Origins, env: Mapping[str, str]) -> Con
         connect_timeout=src.connect_timeout_s,
         statement_timeout=src.statement_timeout_s,
     )
+    sink = settings.sink
+    if sink.type == "delta" and sink.mirror == "job":
+        for name, value in (
+            ("changelog", sink.changelog),
+            ("changelog_snapshot_rows", sink.changelog_snapshot_rows),
+        ):
+            if not value:
+                origin = origins.get(("sink", name), _Origin("default"))
+                said = origin.where("sink." + name) + ("=" if origin.kind == "env" else " = ")
+                raise ConfigError(
+                    f"{said}false but sink.mirror = job: the mirror job "
+                    "builds the mirrors from the changelogs, which must then hold every record"
+                )
     capture = settings.capture
     return Config(
         source=source,

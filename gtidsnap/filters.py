@@ -465,6 +465,7 @@ _ARGS: Final[Mapping[type[exp.Expr], frozenset[str]]] = {
 }
 """The whitelist: each node class allowed, and which of its arguments may be set."""
 
+
 def _problem(node: exp.Expr) -> tuple[str, str]:
     """Why a node outside the whitelist is refused, and how to quote it."""
     part = _sql_of(node)

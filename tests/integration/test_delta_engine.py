@@ -19,6 +19,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +35,7 @@ from gtidsnap.model import TableId
 from gtidsnap.sinks.delta import changelog_path, mirror_path
 from gtidsnap.spark_session import default_delta_jars_dir
 from tests.integration.cdc import (
+    REPO,
     Writer,
     changelog_record,
     check_invariants,
@@ -124,6 +126,37 @@ class DeltaCli:
         except subprocess.TimeoutExpired:
             kill_group(proc)
             pytest.fail(f"run {self.runs} did not end within {RUN_TIMEOUT_S:.0f}s:\n{tail(read(log))}")
+        finally:
+            kill_group(proc)
+        return code, read(log)
+
+    def mirror_job(self, **more: str) -> tuple[int, str]:
+        """One pass of ``spark/mirror_job.py`` over the output, as a subprocess: its code and log."""
+        self.runs += 1
+        log = self.out / f"mirror-job-{self.runs}.log"
+        args = [
+            sys.executable,
+            str(REPO / "spark" / "mirror_job.py"),
+            "--path",
+            self.root,
+            "--checkpoint",
+            str(self.out / "checkpoint.json"),
+        ]
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(
+                args,
+                env=self.env(**more),
+                cwd=self.out,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            code = proc.wait(RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            pytest.fail(f"mirror job {self.runs} did not end within {RUN_TIMEOUT_S:.0f}s:\n{tail(read(log))}")
         finally:
             kill_group(proc)
         return code, read(log)
@@ -589,3 +622,66 @@ def test_kill_9_in_the_deferred_write_path(
     assert appends, "no mirror took fresh snapshot rows by APPEND"
     assert caught_up >= 1, "no run caught a mirror up from its changelog"
     check_output(spark, pair, db, cli.root)
+
+
+# ----------------------------------------------------------------------------- the mirror job
+
+MIRROR_JOB_STEPS = (  # (who, crash point): gtidsnap with sink.mirror = job, or spark/mirror_job.py
+    ("gtidsnap", "between-commit-and-checkpoint:3"),  # changelog batches above the checkpoint ...
+    ("job", "mirror-job-after-create:1"),  # ... which the job must not read; killed once mirror a exists
+    ("job", "mirror-job-after-write:1"),  # killed after the first load (APPEND) of a
+    ("gtidsnap", "delta-after-changelog:4"),  # a batch above the checkpoint again, undone next start
+    ("job", "mirror-job-before-write:2"),  # a MERGEd, b created: killed before b's first load
+    ("job", "mirror-job-after-write:1"),  # nothing new for a: killed after b's first load
+    ("gtidsnap", "between-commit-and-checkpoint:2"),
+    ("job", ""),  # a whole pass: both MERGEd
+)
+
+
+def test_kill_9_in_the_mirror_job(
+    mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """sink.mirror = job: gtidsnap writes the changelogs only and spark/mirror_job.py keeps the mirrors,
+    each killed in turn at its own instants while a writer runs. The job never reads past gtidsnap's
+    checkpoint (a batch there is undone and replayed when gtidsnap restarts), resumes from what its
+    mirror commits say, and the final mirrors are exact, no key twice."""
+    pair, db = mariadb_pair, maria_db
+    cli = crash_cli(pair, db, tmp_path, merge_interval_s="5")
+    cli.settings["GTIDSNAP_SINK_MIRROR"] = "job"
+    paths = delta_tables(cli.root, db)
+    writer = Writer(
+        pair, db, list(TABLES), seed=37, transactions=100_000, pause_s=0.2, every_table=True
+    ).start()
+    passes: list[str] = []
+    try:
+        for who, crash in MIRROR_JOB_STEPS:
+            if who == "gtidsnap":
+                code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash)
+                assert code == -signal.SIGKILL, f"gtidsnap did not die at {crash}: exit {code}\n{tail(log)}"
+                continue
+            code, log = cli.mirror_job(GTIDSNAP_TEST_CRASH_AT=crash)
+            assert code == (-signal.SIGKILL if crash else 0), (
+                f"mirror job ({crash}): exit {code}\n{tail(log)}"
+            )
+            final = cli.checkpoint["next_seq"]
+            for t in (t for t in TABLES if Path(paths[t], "_delta_log").exists()):
+                top = spark.read.format("delta").load(paths[t]).agg({"_seq": "max"}).first()
+                assert top is not None and (top[0] or 0) < final, (
+                    f"mirror {t} holds _seq {top} past the checkpoint's next_seq {final}"
+                )
+            passes.append(f"{crash or 'whole pass'}: {[t for t in TABLES if Path(paths[t]).exists()]}")
+    finally:
+        writer.stop()
+    writer.join()
+    code, log = cli.run(GTIDSNAP_SINK_BATCH_MS="5000")
+    assert code == 0, tail(log)
+    code, log = cli.mirror_job()
+    assert code == 0, tail(log)
+    histories = {name: history(path) for name, path in paths.items()}
+    check_batches(histories)
+    for t in TABLES:
+        jobs = [op for _, op, meta in histories[t] if "gtidsnap_mirror_job" in meta]
+        assert jobs[:1] == ["WRITE"] and "MERGE" in jobs, f"mirror {t}: job commits {jobs}"
+        assert not any("gtidsnap_batch" in meta for _, _, meta in histories[t]), f"gtidsnap wrote mirror {t}"
+    check_output(spark, pair, db, cli.root)
+    print("mirror job passes: " + "; ".join(passes))

@@ -700,3 +700,80 @@ def test_end_to_end_every_type_concurrent_writers_and_add_column(
             if column == "t_varbinary" and have is not None:
                 have = bytes(have)
             assert have == want, f"all_types id={key} {column}: Delta {have!r} != source {want!r}"
+
+
+# ----------------------------------------------------------------------------- the mirror job
+
+
+def test_mirror_job_merges_only_checkpointed_changelog_batches(spark: SparkSession, tmp_path: Path) -> None:
+    """sink.mirror = job: the sink writes changelogs only; the mirror job (spark/mirror_job.py) creates
+    each mirror and loads it by APPEND, then MERGEs what the changelog gained, newest _seq winning;
+    it never reads a batch above gtidsnap's checkpoint (an undone batch comes back with other values
+    under the same _seq); it widens a column the changelog widened, takes a new column, and a pass
+    with nothing new writes nothing. current_state reads the changelog while no mirror exists."""
+    from gtidsnap.sinks.delta.mirror_job import merge_mirrors
+
+    def with_n(kind: str) -> TableSchema:
+        return TableSchema(ORDERS, (ID, NAME, AMOUNT, TAGS, DOC, Column("n", kind, f"{kind}(11)")), ("id",))
+
+    shapes = dict(SCHEMAS)
+
+    def job_sink() -> DeltaSink:
+        settings = SinkSettings(type="delta", path=str(tmp_path), app_id="test-app", mirror="job")
+        return DeltaSink(settings, lambda: spark, lambda table: shapes[table])
+
+    sink = job_sink()
+    mirror, changelog = mirror_path(sink.root, ORDERS), changelog_path(sink.root, ORDERS)
+    sink.open(None)
+    sink.write([change("r", k, None, row(k, f"chunk {k}"), fresh=True) for k in range(1, 5)])
+    sink.write([change("u", 5, row(2, "chunk 2"), row(2, "two")), change("d", 6, row(3, "chunk 3"), None)])
+    assert sink.commit() == {"delta_batch": 1}
+    assert list_tables(spark, sink.root)[0].kind == "changelog" and len(list_tables(spark, sink.root)) == 1
+    early = current_state(spark, sink.root, ORDERS)
+    assert sorted(tuple(r) for r in early.select("id", "name").collect()) == [
+        (1, "chunk 1"),
+        (2, "two"),
+        (4, "chunk 4"),
+    ]
+    assert merge_mirrors(spark, sink.root, None) == [], "no checkpoint: nothing is final"
+    (first,) = merge_mirrors(spark, sink.root, 1)
+    assert (first.how, first.before, first.after) == ("append", None, 6)
+    assert read(spark, mirror, "id", "name", "_seq") == [(1, "chunk 1", 1), (2, "two", 5), (4, "chunk 4", 4)]
+
+    sink.write([change("u", 7, row(1, "chunk 1"), row(1, "one")), change("c", 8, None, row(9, "nine"))])
+    assert sink.commit() == {"delta_batch": 2}
+    (held_back,) = merge_mirrors(spark, sink.root, 1)  # the checkpoint still says batch 1
+    assert held_back.how == "nothing" and read(spark, mirror, "id", "name")[0] == (1, "chunk 1")
+    sink.close()
+
+    # gtidsnap restarts from the checkpoint of batch 1: batch 2 is undone, and replayed otherwise
+    replay = job_sink()
+    replay.open({"delta_batch": 1})
+    shapes[ORDERS] = with_n("int")  # a column added, then widened: the changelog is widened
+    replay.write([change("u", 7, row(1, "chunk 1"), row(1, "uno", n=2)), change("c", 8, None, row(9, "x"))])
+    assert replay.commit() == {"delta_batch": 3}
+    shapes[ORDERS] = with_n("bigint")
+    replay.write([change("u", 9, row(1, "uno", n=2), row(1, "uno", n=2**40))])
+    assert replay.commit() == {"delta_batch": 4}
+    (merged,) = merge_mirrors(spark, replay.root, 4)
+    assert (merged.how, merged.before, merged.after) == ("merge", 6, 9)
+    assert read(spark, mirror, "id", "name", "n", "_seq") == [
+        (1, "uno", 2**40, 9),
+        (2, "two", None, 5),
+        (4, "chunk 4", None, 4),
+        (9, "x", None, 8),
+    ]
+    ops = [op for _, op, _ in history(spark, mirror)]
+    assert ops.count("MERGE") == 1 and ops.count("WRITE") == 1, ops
+    top = history(spark, changelog)[-1][0]
+    assert history(spark, mirror)[-1][2] == {
+        "gtidsnap_mirror_job": {"changelog_version": top},
+        "gtidsnap_merged_seq": 9,
+    }
+    (idle,) = merge_mirrors(spark, replay.root, 4)
+    assert idle.how == "nothing" and len(history(spark, mirror)) == len(ops)
+    assert sorted(tuple(r) for r in current_state(spark, replay.root, ORDERS).collect()) == read(
+        spark, mirror
+    )
+    assert [r[0] for r in read(spark, changelog, "_seq")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    replay.close()

@@ -460,3 +460,16 @@ def test_parse_table_name() -> None:
     assert parse_table_name("mysqlx.t", "x") == TableId("mysqlx", "t")
     with pytest.raises(ConfigError, match=r"^where: table 'orders' must be written schema\.table$"):
         parse_table_name("orders", "where")
+
+
+def test_mirror_job_needs_every_record_in_the_changelogs(tmp_path: Path) -> None:
+    job = '[sink]\ntype = "delta"\nmirror = "JOB"\n'
+    assert load_config(write(tmp_path, job), {}).sink.mirror == "job"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, job + "changelog_snapshot_rows = false\n"), {})
+    assert str(err.value).startswith(f"{tmp_path / 'gtidsnap.toml'}: sink.changelog_snapshot_rows = false")
+    assert "sink.mirror = job" in str(err.value)
+    with pytest.raises(ConfigError, match=r"^GTIDSNAP_SINK_CHANGELOG=false but sink\.mirror = job"):
+        load_config(write(tmp_path, job), {"GTIDSNAP_SINK_CHANGELOG": "false"})
+    with pytest.raises(ConfigError, match=r"sink\.mirror"):
+        load_config(write(tmp_path, '[sink]\nmirror = "spark"\n'), {})

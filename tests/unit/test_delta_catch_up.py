@@ -48,3 +48,14 @@ def test_undone_commits_do_not_count() -> None:
 def test_a_mirror_from_before_deferred_merges_has_nothing_waiting() -> None:
     history = [commit(0, None, "CREATE TABLE"), commit(1, {"gtidsnap_batch": 7, "app_id": "x"})]
     assert merged_watermark(history) == NOTHING_WAITS
+
+
+def test_the_mirror_jobs_commits_say_it_too() -> None:
+    history = [
+        commit(0, None, "CREATE TABLE"),
+        commit(1, {"gtidsnap_mirror_job": {"changelog_version": 3}, "gtidsnap_merged_seq": 12}, "WRITE"),
+        commit(2, {"gtidsnap_mirror_job": {"changelog_version": 5}, "gtidsnap_merged_seq": 30}),
+        commit(3, None, "OPTIMIZE"),
+    ]
+    assert merged_watermark(history) == 30
+    assert merged_watermark(history[:2]) == 12

@@ -15,14 +15,16 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gtidsnap.errors import SinkError
 from gtidsnap.model import TableId
-from gtidsnap.sinks.delta.layout import changelog_path, mirror_path, recorded_key
+from gtidsnap.sinks.delta.layout import KEY_PROPERTY, changelog_path, mirror_path, recorded_key
 from gtidsnap.sinks.delta.util import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MERGED_SEQ = "gtidsnap_merged_seq"
+MIRROR_JOB = "gtidsnap_mirror_job"  # user metadata of a commit of the mirror job (spark/mirror_job.py)
 NOTHING_WAITS = -1  # the watermark of a mirror written before merges were deferred: nothing to catch up
 
 
@@ -45,7 +47,8 @@ def _undone_to(commit: Any, meta: dict[str, Any]) -> int | None:
 
 def merged_watermark(commits: Sequence[Any]) -> int | None:
     """W of a mirror from its history (rows with version, operation, userMetadata,
-    operationParameters; any order): the newest commit that is not undone and was written by a batch.
+    operationParameters; any order): the newest commit that is not undone and was written by a batch
+    of the sink or by the mirror job.
 
     None: no batch ever wrote the mirror (every record of its changelog waits). ``NOTHING_WAITS``: the
     newest batch commit predates deferred merges (each batch was merged whole)."""
@@ -59,19 +62,29 @@ def merged_watermark(commits: Sequence[Any]) -> int | None:
         if undone_to is not None:
             below = undone_to if below is None else min(below, undone_to)
             continue
-        if "gtidsnap_batch" in meta:
+        if "gtidsnap_batch" in meta or MIRROR_JOB in meta:
             seq = meta.get(MERGED_SEQ)
             return int(seq) if isinstance(seq, int) else NOTHING_WAITS
     return None
 
 
-def changelog_after(spark: SparkSession, changelog: str, key: Sequence[str], after: int | None) -> DataFrame:
-    """The changelog's records above ``after``, the newest per key, shaped as a MERGE source for the
-    mirror (no ``_snapshot``)."""
+def changelog_after(
+    spark: SparkSession,
+    changelog: str,
+    key: Sequence[str],
+    after: int | None,
+    version: int | None = None,
+) -> DataFrame:
+    """The changelog's records above ``after`` (as of ``version``, default the newest), the newest per
+    key, shaped as a MERGE source for the mirror (no ``_snapshot``). Files wholly at or below ``after``
+    are skipped by their ``_seq`` statistics: the read is incremental."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    frame = spark.read.format("delta").load(changelog)
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    frame = reader.load(changelog)
     if after is not None:
         frame = frame.where(F.col("_seq") > F.lit(after))
     newest = Window.partitionBy(*[F.col(quote(k)) for k in key]).orderBy(F.col("_seq").desc())
@@ -95,6 +108,11 @@ def current_state(spark: SparkSession, root: str, table: TableId) -> DataFrame:
     from delta.tables import DeltaTable
 
     mirror, changelog = mirror_path(root, table), changelog_path(root, table)
+    if not DeltaTable.isDeltaTable(spark, mirror):  # the mirror job has not created it yet
+        logged_key = recorded_key(spark, changelog)
+        if not logged_key:
+            raise SinkError(f"{changelog} does not record its key ({KEY_PROPERTY})")
+        return changelog_after(spark, changelog, logged_key, None).where("_op <> 'd'")
     rows = spark.read.format("delta").load(mirror)
     if not DeltaTable.isDeltaTable(spark, changelog):
         return rows

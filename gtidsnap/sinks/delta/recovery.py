@@ -36,11 +36,11 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
     from delta.tables import DeltaTable
 
     commits = history_since(DeltaTable.forPath(spark, ref.path), last)
-    highest = max((_batch_of(c["userMetadata"]) or 0 for c in commits), default=0)
+    highest = max((batch_of(c["userMetadata"]) or 0 for c in commits), default=0)
     target: int | None = None
     dirty = False
     for c in commits:
-        batch = _batch_of(c["userMetadata"])
+        batch = batch_of(c["userMetadata"])
         if batch is not None and batch > last:
             target = int(c["version"]) - 1 if target is None else target
             dirty = True
@@ -71,7 +71,7 @@ def history_since(table: DeltaTable, last: int) -> list[Any]:
             table.history(limit).select("version", "operation", "userMetadata", "operationParameters")
         ).collect()
         commits = sorted(rows, key=lambda r: int(r["version"]))
-        anchors = [i for i, c in enumerate(commits) if _committed(_batch_of(c["userMetadata"]), last)]
+        anchors = [i for i, c in enumerate(commits) if _committed(batch_of(c["userMetadata"]), last)]
         if anchors:
             return commits[anchors[-1] :]
         if len(rows) < limit or int(commits[0]["version"]) == 0:
@@ -79,7 +79,7 @@ def history_since(table: DeltaTable, last: int) -> list[Any]:
         limit *= 8
 
 
-def _batch_of(user_metadata: str | None) -> int | None:
+def batch_of(user_metadata: str | None) -> int | None:
     if not user_metadata:
         return None
     try:

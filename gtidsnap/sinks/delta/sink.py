@@ -110,6 +110,11 @@ class DeltaSink:
         self._top_seq: dict[TableId, int] = {}
         self._draining = False
 
+    @property
+    def _mirrors(self) -> bool:
+        """Does this sink write the mirrors (else spark/mirror_job.py does, from the changelogs)?"""
+        return self.settings.mirror == "gtidsnap"
+
     def _default_spark(self) -> SparkSession:
         from gtidsnap.spark_session import build_spark_session
 
@@ -155,7 +160,9 @@ class DeltaSink:
             self._reset()
             self._tables = DeltaTables(self.spark, self.app_id)
             logged = {ref.table for ref in tables if ref.kind == "changelog"}
-            if self._catch_up({t: w for t, w in merged.items() if t in logged}, highest + 1):
+            if self._mirrors and self._catch_up(
+                {t: w for t, w in merged.items() if t in logged}, highest + 1
+            ):
                 highest += 1
         except SinkError:
             raise
@@ -287,6 +294,10 @@ class DeltaSink:
         changes = changes_of(pending.schema, pending.records)
         self.spark.sparkContext.setJobDescription(f"gtidsnap batch {batch}: {table}")
         try:
+            if not self._mirrors:  # the mirror job keeps the mirrors: the changelog is the whole output
+                self._append(table, changelog_path(self.root, table), pending, changes, batch)
+                crash_point("delta-after-changelog")
+                return
             mirror = mirror_path(self.root, table)
             waiting = self._waiting.setdefault(table, _Waiting(pending.schema))
             waiting.schema = pending.schema

@@ -51,6 +51,23 @@ def table_properties(key: Sequence[str], mirror: bool) -> dict[str, str]:
     return properties
 
 
+def merge_newest(spark: SparkSession, path: str, source: DataFrame, condition: SparkColumn) -> None:
+    """The mirror's MERGE (target ``t``, source ``s``): a change applies to a key only over an older
+    ``_seq``, so merging a change twice, or an older one after a newer, changes nothing."""
+    from delta.tables import DeltaTable
+
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), condition)
+        .whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
+        .whenMatchedUpdateAll(condition="s._op <> 'd' AND s._seq > t._seq")
+        .whenNotMatchedInsertAll(condition="s._op <> 'd'")
+        .withSchemaEvolution()
+        .execute()
+    )
+
+
 @dataclass
 class Shape:
     """A source table's shape for a write: the engine's current one, and every column seen with the
@@ -137,19 +154,8 @@ class DeltaTables:
         self, path: str, source: DataFrame, condition: SparkColumn, batch: int, merged_seq: int
     ) -> None:
         """MERGE by key, newest ``_seq`` wins; the commit says how far the mirror holds the changelog."""
-        from delta.tables import DeltaTable
-
-        merge = (
-            DeltaTable.forPath(self.spark, path)
-            .alias("t")
-            .merge(source.alias("s"), condition)
-            .whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
-            .whenMatchedUpdateAll(condition="s._op <> 'd' AND s._seq > t._seq")
-            .whenNotMatchedInsertAll(condition="s._op <> 'd'")
-            .withSchemaEvolution()
-        )
         with self._txn(batch, merged_seq):
-            retry_conflicts(lambda: merge.execute(), path)
+            retry_conflicts(lambda: merge_newest(self.spark, path, source, condition), path)
 
     def append_mirror(
         self,
