@@ -236,7 +236,7 @@ class SinkSettings(_Section):
         min_length=1,
         description="the JSON-lines file, or the root folder/URI of the Delta tables",
     )
-    batch_rows: int = Field(default=200_000, ge=1, description="delta: most records per commit")
+    batch_rows: int = Field(default=100_000, ge=1, description="delta: most records per commit")
     batch_ms: int = Field(default=1000, ge=0, description="delta: a batch commits after this many ms")
     spark_master: str = Field(default="local[2]", min_length=1, description="delta: any Spark master URL")
     changelog: bool = Field(

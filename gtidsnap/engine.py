@@ -203,7 +203,7 @@ class EngineSettings:
     chunk_size: int = 1024
     chunk_delay_s: float = 0.0
     checkpoint_interval_s: float = 1.0
-    commit_rows: int = 200_000
+    commit_rows: int = 100_000
 
 
 # ----------------------------------------------------------------------------- the loop
