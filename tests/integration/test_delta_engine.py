@@ -95,8 +95,6 @@ class DeltaCli:
         }
 
     def start(self, **more: str) -> tuple[subprocess.Popen[bytes], Path]:
-        self.runs += 1
-        log = self.out / f"run-{self.runs}.log"
         args = gtidsnap_cmd(
             "run",
             *(arg for t in TABLES for arg in ("--snapshot", f"{self.db}.{t}")),
@@ -106,6 +104,30 @@ class DeltaCli:
             "--checkpoint",
             str(self.out / "checkpoint.json"),
         )
+        return self._spawn(args, "run", more)
+
+    def run(self, **more: str) -> tuple[int, str]:
+        """Run to the end; the return code and the log."""
+        return self._finish(*self.start(**more), f"run {self.runs}")
+
+    def mirror_job(self, **more: str) -> tuple[int, str]:
+        """One pass of ``spark/mirror_job.py`` over the output, as a subprocess: its code and log."""
+        script = str(REPO / "spark" / "mirror_job.py")
+        args = [
+            sys.executable,
+            script,
+            "--path",
+            self.root,
+            "--checkpoint",
+            str(self.out / "checkpoint.json"),
+        ]
+        return self._finish(*self._spawn(args, "mirror-job", more), f"mirror job {self.runs}")
+
+    def _spawn(
+        self, args: list[str], name: str, more: dict[str, str]
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        self.runs += 1
+        log = self.out / f"{name}-{self.runs}.log"
         with log.open("wb") as sink:  # the child keeps its own descriptor
             proc = subprocess.Popen(
                 args,
@@ -118,45 +140,13 @@ class DeltaCli:
             )
         return proc, log
 
-    def run(self, **more: str) -> tuple[int, str]:
-        """Run to the end; the return code and the log."""
-        proc, log = self.start(**more)
+    @staticmethod
+    def _finish(proc: subprocess.Popen[bytes], log: Path, what: str) -> tuple[int, str]:
         try:
             code = proc.wait(RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            pytest.fail(f"run {self.runs} did not end within {RUN_TIMEOUT_S:.0f}s:\n{tail(read(log))}")
-        finally:
-            kill_group(proc)
-        return code, read(log)
-
-    def mirror_job(self, **more: str) -> tuple[int, str]:
-        """One pass of ``spark/mirror_job.py`` over the output, as a subprocess: its code and log."""
-        self.runs += 1
-        log = self.out / f"mirror-job-{self.runs}.log"
-        args = [
-            sys.executable,
-            str(REPO / "spark" / "mirror_job.py"),
-            "--path",
-            self.root,
-            "--checkpoint",
-            str(self.out / "checkpoint.json"),
-        ]
-        with log.open("wb") as sink:
-            proc = subprocess.Popen(
-                args,
-                env=self.env(**more),
-                cwd=self.out,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        try:
-            code = proc.wait(RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            pytest.fail(f"mirror job {self.runs} did not end within {RUN_TIMEOUT_S:.0f}s:\n{tail(read(log))}")
+            pytest.fail(f"{what} did not end within {RUN_TIMEOUT_S:.0f}s:\n{tail(read(log))}")
         finally:
             kill_group(proc)
         return code, read(log)
