@@ -53,7 +53,7 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -310,11 +310,6 @@ class BinlogStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __iter__(self) -> Iterator[BinlogEvent | None]:
-        """Endless: ``next()`` again and again (None included); bound it by time."""
-        while True:
-            yield self.next()
 
     # ------------------------------------------------------------------ connection
 

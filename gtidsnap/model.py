@@ -6,7 +6,7 @@ Adapters turn server bytes into these; the pure core (window, plan) reads and re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from gtidsnap.gtid import Gtid
@@ -114,11 +114,3 @@ class ChunkDiscarded:
 
 
 WindowOutput = BinlogEvent | ChunkEmitted | ChunkDiscarded
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Rows of one keyset chunk as selected, in key order."""
-
-    table: TableId
-    rows: tuple[tuple[Key, Row], ...] = field(default=())
