@@ -25,10 +25,10 @@ from rich.text import Text
 from gtidsnap.cli_output import err, error_line, out, say
 from gtidsnap.cli_signals import snapshot_app
 from gtidsnap.config import Config, load_config, parse_table_name
-from gtidsnap.engine import RunStats
 from gtidsnap.errors import GtidsnapError
 from gtidsnap.model import TableId
 from gtidsnap.plan import SnapshotContext, TableProgress
+from gtidsnap.run_stats import RunStats
 
 app = typer.Typer(
     name="gtidsnap",

@@ -8,6 +8,13 @@ touches the window or the context concurrently.
 Each emitted record gets the next sequence number. Output and checkpoint advance together (sink
 commit, then checkpoint) and only at transaction boundaries, so a kill -9 anywhere resumes from the
 last checkpoint with no loss and no duplicate in the output.
+
+Threads: the loop owns the window, the snapshot context, the sink's current batch and the sequence
+numbers. A sink that can seal (Delta) hands each batch to one background committer thread
+(:mod:`gtidsnap.committer`), which owns that batch until its commit and the checkpoint saved right
+after it; the loop waits for it before sealing the next one. The signal consumer thread only puts
+commands (:mod:`gtidsnap.commands`) on :attr:`Engine.commands`. The ports the loop drives are declared
+in :mod:`gtidsnap.ports`.
 """
 
 from __future__ import annotations
@@ -17,11 +24,22 @@ import copy
 import logging
 import queue
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
-from gtidsnap.checkpoint import Checkpoint, CheckpointStore, resume_problem
+from gtidsnap.checkpoint import Checkpoint, resume_problem
+from gtidsnap.commands import (
+    Command,
+    PauseSnapshots,
+    ResumeSnapshots,
+    SetChunkDelay,
+    SetChunkSize,
+    Shutdown,
+    SignalReceived,
+    StartSnapshot,
+    StopSnapshot,
+)
 from gtidsnap.committer import BackgroundCommitter
 from gtidsnap.crashpoints import crash_point
 from gtidsnap.errors import CheckpointError, ConfigError, FilterError, GtidsnapError, QueryError, SchemaError
@@ -31,7 +49,6 @@ from gtidsnap.model import (
     BinlogEvent,
     ChunkDiscarded,
     ChunkEmitted,
-    Key,
     Row,
     RowChange,
     SchemaChange,
@@ -41,127 +58,23 @@ from gtidsnap.model import (
     WindowOutput,
 )
 from gtidsnap.plan import RawKey, SnapshotContext, TableProgress
+from gtidsnap.ports import (
+    CheckpointPort,
+    DrainingSink,
+    ReplicaPort,
+    SealingSink,
+    Sink,
+    StreamFactory,
+)
 from gtidsnap.records import Record
+from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
 from gtidsnap.selectors import SelectorError, resolve
-from gtidsnap.sinks import DrainingSink, SealingSink, Sink
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
 
 
-# ----------------------------------------------------------------------------- the ports
-
-
-class ChunkRows(Protocol):
-    @property
-    def rows(self) -> tuple[tuple[Key, dict[str, Any]], ...]: ...
-    @property
-    def last_raw_key(self) -> RawKey | None: ...
-    @property
-    def count(self) -> int: ...
-
-
-class ReplicaPort(Protocol):
-    """What the engine needs of the replica (gtidsnap.replica.Replica, or a fake in unit tests)."""
-
-    flavor: Any
-
-    def describe(self) -> str: ...
-    def executed(self) -> GtidSet: ...
-    def purged(self) -> GtidSet: ...
-    def tables(self) -> list[TableId]: ...
-    def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema: ...
-    def max_key(self, schema: TableSchema, condition: str | None = None) -> RawKey | None: ...
-    def select_chunk(
-        self,
-        schema: TableSchema,
-        after: RawKey | None,
-        upto: RawKey,
-        limit: int,
-        condition: str | None = None,
-    ) -> ChunkRows: ...
-
-
-class StreamPort(Protocol):
-    """What the engine needs of the binlog (gtidsnap.binlog.BinlogStream, or a fake)."""
-
-    def next(self) -> BinlogEvent | None: ...
-    def close(self) -> None: ...
-
-
-StreamFactory = Callable[[GtidSet, Callable[[TableId], TableSchema | None]], StreamPort]
-
-
-# ----------------------------------------------------------------------------- commands
-
-
-@dataclass(frozen=True)
-class StartSnapshot:
-    """Snapshot ``tables``, plus every table matched by ``selectors`` (a ``db.table`` name, or a regular
-    expression matched in full against ``db.table`` names of the replica's catalog). ``conditions``
-    maps ``db.table`` to an extra WHERE condition for that table's chunks."""
-
-    tables: tuple[TableId, ...] = ()
-    condition: str | None = None
-    selectors: tuple[str, ...] = ()
-    conditions: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StopSnapshot:
-    tables: tuple[TableId, ...] | None = None  # None: every snapshot
-
-
-@dataclass(frozen=True)
-class PauseSnapshots:
-    pass
-
-
-@dataclass(frozen=True)
-class ResumeSnapshots:
-    pass
-
-
-@dataclass(frozen=True)
-class SetChunkSize:
-    rows: int
-
-
-@dataclass(frozen=True)
-class SetChunkDelay:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    pass
-
-
-@dataclass(frozen=True)
-class SignalReceived:
-    """A message of the signal topic, consumed at ``partition``/``offset``. Applied at most once per
-    ``id`` and recorded with its offset in the checkpoint, so after a restart the consumer resumes
-    right after the last signal acted on (or refused) and nothing is acted on twice."""
-
-    partition: int
-    offset: int
-    id: str | None
-    kind: str
-    command: Command | None
-    error: str | None = None
-
-
-Command = (
-    StartSnapshot
-    | StopSnapshot
-    | PauseSnapshots
-    | ResumeSnapshots
-    | SetChunkSize
-    | SetChunkDelay
-    | Shutdown
-    | SignalReceived
-)
 SIGNAL_HISTORY = 100
 # A chunk due sooner than this is waited for with a sleep; a later one lets the stream run meanwhile
 # (an idle stream's read returns only at the next heartbeat, which would cost a heartbeat per chunk).
@@ -175,27 +88,6 @@ def cut(text: str, limit: int = REASON_CHARS) -> str:
     """``text`` on one line, at most ``limit`` characters: reasons are stored in every checkpoint."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-@dataclass
-class RunStats:
-    """What a run did, for the CLI's summary and progress."""
-
-    records: int = 0
-    snapshot_rows: int = 0
-    chunks: int = 0
-    chunk_pause_s: list[float] = field(default_factory=list)
-    started_at: float = field(default_factory=time.monotonic)
-    # A chunk's window stays open until the stream reaches its high watermark: under heavy writes the
-    # snapshot advances at the stream's pace. How long windows waited, and since when the open one waits:
-    window_wait_s: float = 0.0
-    window_opened_at: float | None = None
-
-    def window_waiting_s(self, now: float | None = None) -> float:
-        """How long the open window has been waiting for the stream (0 when none is open)."""
-        if self.window_opened_at is None:
-            return 0.0
-        return (time.monotonic() if now is None else now) - self.window_opened_at
 
 
 @dataclass(frozen=True)
@@ -217,7 +109,7 @@ class Engine:
         replica: ReplicaPort,
         open_stream: StreamFactory,
         sink: Sink,
-        store: CheckpointStore,
+        store: CheckpointPort,
         settings: EngineSettings = EngineSettings(),
         captured: Iterable[TableId] = (),
         surrogate_keys: dict[TableId, tuple[str, ...]] | None = None,

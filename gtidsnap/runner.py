@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 from gtidsnap.binlog import BinlogStream
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
 from gtidsnap.config import Config, SignalSettings
-from gtidsnap.engine import Engine, EngineSettings, RunStats
+from gtidsnap.engine import Engine, EngineSettings
 from gtidsnap.errors import ConfigError
 from gtidsnap.gtid import GtidSet
 from gtidsnap.model import TableId
 from gtidsnap.plan import SnapshotContext
 from gtidsnap.replica import Replica
+from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
 from gtidsnap.signals import SignalConsumer
 from gtidsnap.sinks import Sink

@@ -14,7 +14,7 @@ many instances; a message whose key is not this instance's ``signals.connector``
     value: {"id": "b0c4", "type": "resume-snapshot"}
 
 Two parts. :func:`parse_signal` is pure: one Kafka message in, a
-:class:`~gtidsnap.engine.SignalReceived` out, carrying either the engine command or the reason the
+:class:`~gtidsnap.commands.SignalReceived` out, carrying either the engine command or the reason the
 message is refused; it never raises on bad input, so the engine records every message's offset, and
 what became of it, exactly once. Resolving names and regular expressions against the replica's catalog,
 and refusing a filter on a table outside the request, need the replica: the engine does that when it
@@ -38,8 +38,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gtidsnap.config import SignalSettings
-from gtidsnap.engine import (
+from gtidsnap.commands import (
     Command,
     PauseSnapshots,
     ResumeSnapshots,
@@ -47,6 +46,7 @@ from gtidsnap.engine import (
     StartSnapshot,
     StopSnapshot,
 )
+from gtidsnap.config import SignalSettings
 from gtidsnap.errors import ConfigError, FilterError, SignalError
 from gtidsnap.filters import check_filter
 from gtidsnap.model import TableId

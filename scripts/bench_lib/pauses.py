@@ -40,10 +40,10 @@ from bench_lib.env import DATABASE
 from bench_lib.stats import quantiles, summary_ms
 from bench_lib.tables import ensure_table
 from gtidsnap.config import Config, SinkSettings, SnapshotSettings
-from gtidsnap.engine import RunStats
 from gtidsnap.model import TableId
 from gtidsnap.plan import SnapshotContext
 from gtidsnap.replica import ChunkResult, Replica
+from gtidsnap.run_stats import RunStats
 from gtidsnap.runner import build_engine
 
 log = logging.getLogger("bench.pauses")

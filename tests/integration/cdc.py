@@ -24,9 +24,10 @@ import pymysql
 
 from gtidsnap.config import Config, SinkSettings, SnapshotSettings
 from gtidsnap.connection import ConnectionSettings, Secret
-from gtidsnap.engine import Engine, RunStats
+from gtidsnap.engine import Engine
 from gtidsnap.model import TableId
 from gtidsnap.replica import Replica
+from gtidsnap.run_stats import RunStats
 from gtidsnap.runner import build_engine
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
 

@@ -35,7 +35,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from gtidsnap.engine import Shutdown
+from gtidsnap.commands import Shutdown
 from gtidsnap.errors import SchemaError
 from gtidsnap.model import TableId
 from gtidsnap.replica import Replica

@@ -78,7 +78,7 @@ NOT_VALID_AS_GIVEN: dict[str, dict[str, str]] = {
     "mariadb": {
         "doc->'$.n' = 1": "JSON_EXTRACT(doc, '$.n') = 1",
         "doc->>'$.a' = 'x'": "JSON_UNQUOTE(JSON_EXTRACT(doc, '$.a')) = 'x'",
-        'doc->"$.a" = \'x\'': "JSON_EXTRACT(doc, '$.a') = 'x'",
+        "doc->\"$.a\" = 'x'": "JSON_EXTRACT(doc, '$.a') = 'x'",
     },
     "mysql": {},
 }

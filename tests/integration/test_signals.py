@@ -23,8 +23,9 @@ from confluent_kafka import Producer
 
 from gtidsnap import signals as signals_module
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
+from gtidsnap.commands import Shutdown
 from gtidsnap.config import SignalSettings, SnapshotSettings
-from gtidsnap.engine import Engine, Shutdown
+from gtidsnap.engine import Engine
 from gtidsnap.model import TableId
 from gtidsnap.plan import TableProgress
 from gtidsnap.replica import Replica

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtidsnap.checkpoint import CheckpointStore
-from gtidsnap.engine import Engine, EngineSettings, SetChunkSize, SignalReceived, StartSnapshot
+from gtidsnap.commands import SetChunkSize, SignalReceived, StartSnapshot
+from gtidsnap.engine import Engine, EngineSettings
 from gtidsnap.errors import CheckpointError, QueryError, SchemaError
 from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.model import BinlogEvent, Heartbeat, Key, RowChange, TableId, TxBegin, TxCommit

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gtidsnap.checkpoint import CheckpointStore
-from gtidsnap.engine import Engine, EngineSettings, StartSnapshot
+from gtidsnap.commands import StartSnapshot
+from gtidsnap.engine import Engine, EngineSettings
 from gtidsnap.gtid import MysqlGtid
 from gtidsnap.model import BinlogEvent, SchemaChange, TxBegin, TxCommit
 from gtidsnap.plan import SnapshotContext, TableProgress

@@ -45,7 +45,6 @@ ACCEPTED: list[tuple[str, str]] = [
     ("amount > 2.5E-1", "`amount` > 2.5E-1"),
     ("amount > .5", "`amount` > 0.5"),
     ("id = 007", "`id` = 007"),
-
     # IN, BETWEEN, LIKE, REGEXP, IS
     ("region IN ('EU', 'US')", "`region` IN ('EU', 'US')"),
     ("region NOT IN ('EU', 'US')", "NOT (`region` IN ('EU', 'US'))"),
@@ -73,7 +72,6 @@ ACCEPTED: list[tuple[str, str]] = [
     ("(amount > 10) IS NOT FALSE", "NOT ((`amount` > 10) IS FALSE)"),
     ("(amount > 10) IS UNKNOWN", "(`amount` > 10) IS NULL"),
     ("amount > 10 IS FALSE", "(`amount` > 10) IS FALSE"),
-
     # logic, and operators whose precedence the regenerated SQL must keep
     ("NOT amount > 10", "NOT (`amount` > 10)"),
     ("NOT (amount > 10)", "NOT (`amount` > 10)"),
@@ -101,7 +99,6 @@ ACCEPTED: list[tuple[str, str]] = [
     ("NOT region = 'EU' OR id > 25", "NOT (`region` = 'EU') OR `id` > 25"),
     ("region = 'EU' OR NOT amount > 10 AND id < 10", "`region` = 'EU' OR NOT (`amount` > 10) AND `id` < 10"),
     ("NOT region LIKE 'E%' XOR id > 20", "NOT (`region` LIKE 'E%') XOR `id` > 20"),
-
     # CASE, INTERVAL, COLLATE, CAST
     (
         "CASE WHEN amount > 100 THEN 'big' WHEN amount > 10 THEN 'mid' ELSE 'small' END = 'mid'",
@@ -157,14 +154,13 @@ ACCEPTED: list[tuple[str, str]] = [
     ("BINARY region = 'EU'", "CAST(`region` AS BINARY) = 'EU'"),
     ("created > DATE '2023-05-01'", "`created` > CAST('2023-05-01' AS DATE)"),
     ("TIME '12:00:00' < TIME(created)", "CAST('12:00:00' AS TIME) < TIME(`created`)"),
-
     # literals and string escapes
     ("id = TRUE", "`id` = TRUE"),
     ("region IS NULL OR FALSE", "`region` IS NULL OR FALSE"),
-    ("region = \"EU\"", "`region` = 'EU'"),
+    ('region = "EU"', "`region` = 'EU'"),
     ("note = 'it''s'", "`note` = 'it''s'"),
     (r"note = 'it\'s'", "`note` = 'it''s'"),
-    ("note = \"say \"\"hi\"\"\"", "`note` = 'say \"hi\"'"),
+    ('note = "say ""hi"""', "`note` = 'say \"hi\"'"),
     (r"note = 'a\\b'", r"`note` = 'a\\b'"),
     (r"note = 'line\nbreak'", r"`note` = 'line\nbreak'"),
     (r"note = 'tab\there'", r"`note` = 'tab\there'"),
@@ -176,13 +172,11 @@ ACCEPTED: list[tuple[str, str]] = [
     ("region = 0x4555", "`region` = x'4555'"),
     ("id = b'101'", "`id` = b'101'"),
     ("id = 0b101", "`id` = b'101'"),
-
     # awkward and qualified column names
     ("`weird col` = 3", "`weird col` = 3"),
     ("`odd``name` > 1", "`odd``name` > 1"),
     ("t.id = 5", "`id` = 5"),
     ("t.`weird col` = 3", "`weird col` = 3"),
-
     # every allowed function: strings
     ("LOWER(region) = 'eu'", "LOWER(`region`) = 'eu'"),
     ("UPPER(region) = 'EU'", "UPPER(`region`) = 'EU'"),
@@ -216,7 +210,6 @@ ACCEPTED: list[tuple[str, str]] = [
     ("ASCII(region) = 69", "ASCII(`region`) = 69"),
     ("HEX(region) = '4555'", "HEX(`region`) = '4555'"),
     ("UNHEX('4555') = region", "UNHEX('4555') = `region`"),
-
     # numbers and control flow
     ("ABS(amount) > 10", "ABS(`amount`) > 10"),
     ("ROUND(amount) = 13", "ROUND(`amount`) = 13"),
@@ -234,7 +227,6 @@ ACCEPTED: list[tuple[str, str]] = [
     ("NULLIF(region, 'EU') IS NULL", "NULLIF(`region`, 'EU') IS NULL"),
     ("COALESCE(region, amount, 'x') = '1.50'", "COALESCE(`region`, `amount`, 'x') = '1.50'"),
     ("ISNULL(region)", "ISNULL(`region`)"),
-
     # dates and times
     ("DATE(created) = '2023-05-01'", "DATE(`created`) = '2023-05-01'"),
     ("TIME(created) > '12:00:00'", "TIME(`created`) > '12:00:00'"),
@@ -296,7 +288,6 @@ ACCEPTED: list[tuple[str, str]] = [
     ("created < UTC_TIMESTAMP()", "`created` < UTC_TIMESTAMP()"),
     ("created < UTC_DATE()", "`created` < UTC_DATE()"),
     ("LAST_DAY(created) = DATE(created)", "LAST_DAY(`created`) = DATE(`created`)"),
-
     # JSON
     ("doc->'$.n' = 1", "JSON_EXTRACT(`doc`, '$.n') = 1"),
     ("doc->>'$.a' = 'x'", "JSON_UNQUOTE(JSON_EXTRACT(`doc`, '$.a')) = 'x'"),
@@ -308,7 +299,7 @@ ACCEPTED: list[tuple[str, str]] = [
     ),
     ("JSON_UNQUOTE(JSON_EXTRACT(doc, '$.a')) = 'x'", "JSON_UNQUOTE(JSON_EXTRACT(`doc`, '$.a')) = 'x'"),
     ("JSON_CONTAINS(doc, '2', '$.arr')", "JSON_CONTAINS(`doc`, '2', '$.arr')"),
-    ("JSON_CONTAINS(doc, '{\"a\": \"x\"}')", "JSON_CONTAINS(`doc`, '{\"a\": \"x\"}')"),
+    ('JSON_CONTAINS(doc, \'{"a": "x"}\')', 'JSON_CONTAINS(`doc`, \'{"a": "x"}\')'),
     ("JSON_LENGTH(doc) = 3", "JSON_LENGTH(`doc`) = 3"),
     ("JSON_LENGTH(doc, '$.arr') = 2", "JSON_LENGTH(`doc`, '$.arr') = 2"),
     ("JSON_TYPE(JSON_EXTRACT(doc, '$.arr')) = 'ARRAY'", "JSON_TYPE(JSON_EXTRACT(`doc`, '$.arr')) = 'ARRAY'"),

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gtidsnap.cli import app
-from gtidsnap.engine import PauseSnapshots, ResumeSnapshots, SignalReceived, StartSnapshot, StopSnapshot
+from gtidsnap.commands import PauseSnapshots, ResumeSnapshots, SignalReceived, StartSnapshot, StopSnapshot
 from gtidsnap.errors import SignalError
 from gtidsnap.model import TableId
 from gtidsnap.signals import LagWatch, build_message, parse_signal
@@ -376,7 +376,7 @@ def test_lag_watch_counts_from_the_oldest_kept_message() -> None:
 def test_stream_wait_note_shows_a_window_waiting_for_the_stream() -> None:
     """Under heavy writes a chunk's window waits for the stream: progress says so after a second."""
     from gtidsnap.cli import stream_wait_note
-    from gtidsnap.engine import RunStats
+    from gtidsnap.run_stats import RunStats
 
     stats = RunStats()
     assert stream_wait_note(stats) == ""
