@@ -25,7 +25,8 @@ already in :attr:`processed` is skipped too (belt and braces). The same replay f
 exception from ``schema_of`` or from normalising a row: the call raises, nothing of that row event
 was returned, and the next call reads it again.
 
-Errors: credentials, grants, TLS that cannot be had, a start the binlog no longer holds and events
+Errors (codes read by :mod:`gtidsnap.server_errors`): a refused login raises ConfigError, as on the
+replica's own connection; grants, TLS that cannot be had, a start the binlog no longer holds and events
 that cannot be read raise :class:`FatalSourceError` (``retryable`` False) at once; anything else is
 retried with backoff (0.1 s doubling to 5 s) for ``retry_for_s`` (60 s), while ``next`` keeps
 returning None every ``heartbeat_s``, then raises :class:`SourceError`. Messages name the account
@@ -78,7 +79,7 @@ from pymysqlreplication.row_event import (
 
 from gtidsnap.binlog_values import row_values
 from gtidsnap.connection import ConnectionSettings
-from gtidsnap.errors import SourceError
+from gtidsnap.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.gtid import Gtid, GtidSet, MariadbGtid, MariadbGtidSet, MysqlGtid
 from gtidsnap.model import (
     BinlogEvent,
@@ -90,6 +91,7 @@ from gtidsnap.model import (
     TxCommit,
 )
 from gtidsnap.schema import TableSchema
+from gtidsnap.server_errors import FATAL_TO_THE_STREAM, Meaning, code_of, meaning
 
 log = logging.getLogger(__name__)
 
@@ -124,27 +126,6 @@ _UNSUPPORTED_EVENT_TYPES = {
 }
 
 _MARIADB_FL_STANDALONE = 0x01  # the GTID event's transaction has no BEGIN and no COMMIT/XID
-
-# Server errors a retry cannot fix: credentials, privileges, the binlog no longer holds our start.
-_FATAL_ERROR_CODES = {
-    1044,  # ER_DBACCESS_DENIED_ERROR
-    1045,  # ER_ACCESS_DENIED_ERROR
-    1142,  # ER_TABLEACCESS_DENIED_ERROR
-    1227,  # ER_SPECIFIC_ACCESS_DENIED_ERROR (REPLICATION SLAVE missing)
-    1236,  # ER_MASTER_FATAL_ERROR_READING_BINLOG (purged binlogs, GTID not in the binlog)
-    1251,  # ER_NOT_SUPPORTED_AUTH_MODE
-    1698,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR
-    2026,  # CR_SSL_CONNECTION_ERROR (TLS required, the server offers none)
-    2059,  # CR_AUTH_PLUGIN_CANNOT_LOAD
-    3159,  # ER_SECURE_TRANSPORT_REQUIRED
-}
-
-
-class FatalSourceError(SourceError):
-    """The source refused the stream in a way a retry cannot fix (credentials, grants, purged
-    binlogs, events we cannot decode without losing rows)."""
-
-    retryable = False
 
 
 class _LibraryReconnect(Exception):
@@ -352,6 +333,10 @@ class BinlogStream:
         where = self._settings.describe()
         if exc is not None and _is_fatal(exc):
             self._drop_reader()
+            if meaning(code_of(exc)) is Meaning.LOGIN_REFUSED:
+                raise ConfigError(
+                    f"the replica {where} refused the login of the binlog stream: {_error_text(exc)}"
+                ) from exc
             raise FatalSourceError(f"the binlog stream of {where} was refused: {_error_text(exc)}") from exc
         if exc is not None and not isinstance(exc, pymysql.err.MySQLError | OSError | _LibraryReconnect):
             self._drop_reader()
@@ -663,7 +648,7 @@ def _decode(value: Any) -> str:
 
 def _is_fatal(exc: Exception) -> bool:
     """Refusals a retry cannot fix; PyMySQL reports a bad certificate as "can't connect" (2003)."""
-    if isinstance(exc, pymysql.err.MySQLError) and exc.args and exc.args[0] in _FATAL_ERROR_CODES:
+    if isinstance(exc, pymysql.err.MySQLError) and meaning(code_of(exc)) in FATAL_TO_THE_STREAM:
         return True
     return isinstance(getattr(exc, "original_exception", None), ssl.SSLCertVerificationError)
 

@@ -6,13 +6,16 @@
     ├── GtidParseError            a GTID or GTID set text that no server prints (quotes the text)
     ├── PrerequisiteError         the replica is not set up for read-only capture (lists every problem)
     ├── SourceError               the replica or its binlog failed; ``retryable`` says if a retry may help
-    │   └── QueryError            the replica refused or aborted one statement (server error, time limit)
+    │   ├── QueryError            the replica refused or aborted one statement (server error, time limit)
+    │   └── FatalSourceError      the binlog stream refused for good (grants, purged binlogs, undecodable)
     ├── SchemaError               a table missing, without a primary key, or changed in a way we refuse
     ├── SignalError               a signal message we cannot act on (logged and skipped, never fatal)
     ├── FilterError               a snapshot filter refused before it reaches the server (names why)
     └── SinkError                 the output could not be written
+        └── DeltaJarsMissingError the pre-resolved Delta jars are not where Spark is told to find them
 
 Whether an error is worth retrying is a property of its type (``retryable``), not of the call site.
+What a server's error code means is decided in one place, :mod:`gtidsnap.server_errors`.
 Messages name the object and the cause, and never contain a password.
 """
 
@@ -60,6 +63,13 @@ class QueryError(SourceError):
     """The replica answered one statement with an error: a filter it refuses, a value out of range, a
     statement over ``source.statement_timeout_s``. The table's snapshot fails with the server's message;
     streaming goes on. Not retryable: the same statement fails the same way."""
+
+    retryable = False
+
+
+class FatalSourceError(SourceError):
+    """The source refused the binlog stream in a way a retry cannot fix (grants, TLS, purged binlogs,
+    events that cannot be decoded without losing rows). A refused login is a ConfigError."""
 
     retryable = False
 

@@ -39,19 +39,11 @@ from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.model import Key, TableId
 from gtidsnap.preflight import RELEVANT_VARIABLES, Problem, ReplicaFacts, TableFacts, find_problems
 from gtidsnap.schema import Column, TableSchema
+from gtidsnap.server_errors import CR_SSL_CONNECTION_ERROR, Meaning, code_of, is_server_code, meaning
 
 Flavor = Literal["mysql", "mariadb"]
 
-_LOST_CONNECTION = {2006, 2013, 2055}  # server gone away, lost during query, lost at reading
-_ACCESS_DENIED = 1045
-_NO_SUCH_TABLE = 1146
-_BAD_FIELD = 1054
-_TABLE_ACCESS_DENIED = {1142, 1143}
-_STATEMENT_TIMEOUT = {3024, 1969}  # MySQL ER_QUERY_TIMEOUT, MariaDB ER_STATEMENT_TIMEOUT
-_CLIENT_ERRORS = range(2000, 3000)  # PyMySQL's own codes (CR_*): the connection, not the statement
 READ_TIMEOUT_MARGIN_S = 30.0  # the client gives up this long after the server's statement limit
-_SSL_CONNECTION_ERROR = 2026
-_SPECIFIC_ACCESS_DENIED = 1227
 _PASSWORD_IN_GRANT = re.compile(r"\s+IDENTIFIED\s.*?(?=\s+WITH\s|$)", re.IGNORECASE)
 
 
@@ -128,11 +120,11 @@ class Replica:
                 init_command="SET time_zone = '+00:00'",
             )
         except pymysql.err.OperationalError as exc:
-            code = exc.args[0] if exc.args else 0
+            code = code_of(exc)
             text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
-            if code == _ACCESS_DENIED:
+            if meaning(code) is Meaning.LOGIN_REFUSED:
                 raise ConfigError(f"the replica {where} refused the login: {text}") from None
-            if code == _SSL_CONNECTION_ERROR:
+            if code == CR_SSL_CONNECTION_ERROR:
                 raise PrerequisiteError(
                     [
                         f"TLS is required but the replica {where} does not offer it: configure TLS on "
@@ -207,8 +199,9 @@ class Replica:
                     names = [d[0] for d in cur.description or ()]
                     return names, list(cur.fetchall())
             except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
-                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-                lost = isinstance(exc, pymysql.err.InterfaceError) or code in _LOST_CONNECTION
+                lost = isinstance(exc, pymysql.err.InterfaceError) or (
+                    meaning(code_of(exc)) is Meaning.LOST_CONNECTION
+                )
                 if lost and attempt == 1:
                     self.close()
                     continue
@@ -218,19 +211,20 @@ class Replica:
         raise AssertionError("unreachable")
 
     def _error(self, exc: pymysql.err.MySQLError, what: str) -> Exception:
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        code = code_of(exc)
         text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
         where = self.settings.describe()
-        if code in (_NO_SUCH_TABLE, _BAD_FIELD):
+        kind = meaning(code)
+        if kind is Meaning.SCHEMA_CHANGED:
             return SchemaError(f"{what} failed on the replica {where}: {text}")
-        if code in _TABLE_ACCESS_DENIED:
+        if kind is Meaning.PRIVILEGE_MISSING:
             return PrerequisiteError([f"{what} was denied on the replica {where}: {text}"])
-        if code in _STATEMENT_TIMEOUT:
+        if kind is Meaning.STATEMENT_TIMEOUT:
             return QueryError(
                 f"{what} took longer than source.statement_timeout_s "
                 f"({self.settings.statement_timeout:g} s) on the replica {where}: {text}"
             )
-        if code and code not in _CLIENT_ERRORS:  # the server answered this statement with an error
+        if is_server_code(code):  # the server answered this statement with an error
             return QueryError(f"{what} failed on the replica {where}: error {code}: {text}")
         return SourceError(f"{what} failed on the replica {where}: {text}")
 
@@ -463,7 +457,7 @@ class Replica:
                 cur.execute(statement)
                 return bool(cur.fetchall())
         except pymysql.err.MySQLError as exc:
-            if exc.args and exc.args[0] == _SPECIFIC_ACCESS_DENIED:
+            if meaning(code_of(exc)) is Meaning.PRIVILEGE_MISSING:
                 return None  # MariaDB wants SLAVE MONITOR for this; the reader has BINLOG MONITOR
             raise self._error(exc, statement) from exc
 

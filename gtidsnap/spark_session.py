@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gtidsnap.errors import SinkError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -34,8 +36,10 @@ _LOOPBACK = "127.0.0.1"
 _DOWNLOADING_KEYS = frozenset({"spark.jars.packages", "spark.jars.repositories", "spark.jars.ivySettings"})
 
 
-class DeltaJarsMissingError(RuntimeError):
+class DeltaJarsMissingError(SinkError):
     """The Delta jars folder is missing or incomplete: run scripts/spark-deps.sh first."""
+
+    retryable = False
 
     def __init__(self, jars_dir: Path, reason: str) -> None:
         self.jars_dir = jars_dir

@@ -24,14 +24,13 @@ import pytest
 
 from gtidsnap.binlog import (
     BinlogStream,
-    FatalSourceError,
     classify_statement,
     ddl_tables,
     dml_tables,
     redact_statement,
 )
 from gtidsnap.connection import ConnectionSettings, Secret, TlsMode
-from gtidsnap.errors import SourceError
+from gtidsnap.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.gtid import Gtid, GtidSet, MariadbGtid, MysqlGtid
 from gtidsnap.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 from gtidsnap.replica import Replica
@@ -679,13 +678,14 @@ def test_an_error_while_normalising_loses_nothing(pair: ReplicaPair, fresh_db: s
     ]
 
 
-def test_wrong_password_is_a_fatal_source_error_naming_the_account(pair: ReplicaPair) -> None:
+def test_wrong_password_is_a_config_error_naming_the_account(pair: ReplicaPair) -> None:
+    """As on the replica's own connection (tests/integration/test_replica.py): one meaning per code."""
     wrong = "not-the-password-42"
     stream = BinlogStream(
         reader_settings(pair, password=wrong), flavor(pair), replica_executed(pair), lambda _: None
     )
     try:
-        with pytest.raises(FatalSourceError) as refused:
+        with pytest.raises(ConfigError, match="refused the login of the binlog stream") as refused:
             stream.next()
     finally:
         stream.close()
