@@ -69,6 +69,7 @@ from gtidsnap.ports import (
 from gtidsnap.records import Record
 from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
+from gtidsnap.schema_cache import SchemaCache
 from gtidsnap.selectors import SelectorError, resolve
 from gtidsnap.window import ChunkWindow
 
@@ -115,6 +116,7 @@ class Engine:
         surrogate_keys: dict[TableId, tuple[str, ...]] | None = None,
         on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
         on_started: Callable[[Engine], None] | None = None,
+        schemas: SchemaCache | None = None,
     ) -> None:
         self.replica = replica
         self.open_stream = open_stream
@@ -127,7 +129,8 @@ class Engine:
         self.on_started = on_started
         self.commands: queue.Queue[Command] = queue.Queue()
         self.stats = RunStats()
-        self._schemas: dict[TableId, TableSchema] = {}
+        # shared with the sink when the runner builds both (gtidsnap.schema_cache)
+        self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
         self._window: ChunkWindow | None = None
         self._chunk: tuple[TableProgress, RawKey | None, int, int] | None = None
         self._in_tx = False
@@ -348,9 +351,7 @@ class Engine:
         return self._schema(table)
 
     def _schema(self, table: TableId) -> TableSchema:
-        if table not in self._schemas:
-            self._schemas[table] = self.replica.schema(table, self.surrogate_keys.get(table))
-        return self._schemas[table]
+        return self.schemas.get(table)
 
     def _schema_of(self, table: TableId) -> TableSchema | None:
         """The binlog adapter's question: is this table captured, and with which shape?"""
@@ -395,7 +396,7 @@ class Engine:
                 self.stats.chunk_pause_s.append(time.monotonic() - paused_at)
             hw = self.replica.executed() - lw
         except SchemaError as exc:
-            self._schemas.pop(progress.table, None)
+            self.schemas.forget(progress.table)
             if self._schema_retries < SCHEMA_RETRIES and self._table_exists(progress.table):
                 # The replica applied a DDL the stream has not reached yet: read the shape again.
                 self._schema_retries += 1
@@ -448,7 +449,7 @@ class Engine:
             self.processed = self.processed.add(event.gtid)
         elif isinstance(event, SchemaChange):
             for table in event.tables:
-                self._schemas.pop(table, None)  # read again, with the new shape, when next needed
+                self.schemas.forget(table)  # read again, with the new shape, when next needed
             self._unfresh(event.tables)
 
     def _emit(self, outputs: Iterable[WindowOutput]) -> None:
@@ -460,7 +461,7 @@ class Engine:
                 records.extend(self._records_of_chunk(out))
             elif isinstance(out, ChunkDiscarded):
                 log.info("chunk of %s discarded, selecting it again: %s", out.table, out.reason)
-                self._schemas.pop(out.table, None)
+                self.schemas.forget(out.table)
                 self._drop_window()
         if records:
             self.sink.write(records)

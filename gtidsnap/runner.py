@@ -20,6 +20,7 @@ from gtidsnap.plan import SnapshotContext
 from gtidsnap.replica import Replica
 from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
+from gtidsnap.schema_cache import SchemaCache
 from gtidsnap.signals import SignalConsumer
 from gtidsnap.sinks import Sink
 from gtidsnap.sinks.jsonl import JsonlSink
@@ -65,19 +66,15 @@ def build_engine(
             server_id=config.server_id or None,
         )
 
-    engines: list[Engine] = []
-
-    def schema_of(table: TableId) -> TableSchema:
-        # The engine's own shapes: read once, read again after a DDL on the table, like its records.
-        return engines[0].schema(table)
-
+    surrogate_keys = dict(config.surrogate_keys)
+    schemas = SchemaCache(lambda table: replica.schema(table, surrogate_keys.get(table)))
     interval = config.checkpoint_interval_s
     if config.sink.type == "delta":  # a Delta commit is a Spark job per table: batch at least batch_ms
         interval = max(interval, config.sink.batch_ms / 1000)
     engine = Engine(
         replica,
         open_stream,
-        make_sink(config, schema_of, spark_factory),
+        make_sink(config, schemas.current_or_last, spark_factory),
         CheckpointStore(config.checkpoint_path),
         EngineSettings(
             chunk_size=config.snapshot.chunk_size,
@@ -86,11 +83,11 @@ def build_engine(
             commit_rows=config.sink.batch_rows,
         ),
         captured=config.tables,
-        surrogate_keys=dict(config.surrogate_keys),
+        surrogate_keys=surrogate_keys,
         on_progress=on_progress,
         on_started=on_started,
+        schemas=schemas,
     )
-    engines.append(engine)
     return engine
 
 

@@ -44,7 +44,7 @@ from gtidsnap.errors import GtidsnapError
 from gtidsnap.model import TableId
 from gtidsnap.records import Record
 from gtidsnap.replica import Replica
-from gtidsnap.schema import TableSchema
+from gtidsnap.schema_cache import SchemaCache
 from gtidsnap.sinks.delta import DeltaSink, job_spark_session
 
 log = logging.getLogger("gtidsnap.merge_job")
@@ -88,27 +88,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-class ReplicaShapes:
-    """Table shapes from the replica, read once per table and again when records show other columns."""
-
-    def __init__(self, replica: Replica, config: Config) -> None:
-        self.replica = replica
-        self.surrogate_keys = dict(config.surrogate_keys)
-        self.cache: dict[TableId, TableSchema] = {}
-
-    def __call__(self, table: TableId) -> TableSchema:
-        if table not in self.cache:
-            self.cache[table] = self.replica.schema(table, self.surrogate_keys.get(table))
-        return self.cache[table]
-
-    def refresh_for(self, records: Sequence[Record]) -> None:
-        for table in {r.table for r in records}:
-            known = self.cache.get(table)
-            if known is None:
-                continue
-            names = {c.name for c in known.columns}
-            if any(set(r.after or r.before or {}) - names for r in records if r.table == table):
-                self.cache.pop(table)
+def refresh_for(shapes: SchemaCache, records: Sequence[Record]) -> None:
+    """Read a table's shape again when its records show columns the known shape lacks (a column
+    added since the shape was read)."""
+    for table in {r.table for r in records}:
+        names = {c.name for c in shapes.current_or_last(table).columns}
+        if any(set(r.after or r.before or {}) - names for r in records if r.table == table):
+            shapes.forget(table)
 
 
 def record_of(data: dict[str, Any]) -> Record:
@@ -202,13 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = job_spark_session(args.master, "gtidsnap-merge")
         started, merged = time.monotonic(), 0
         with Replica(config.source) as replica:
-            shapes = ReplicaShapes(replica, config)
-            sink = DeltaSink(settings, lambda: spark, shapes)
+            keys = dict(config.surrogate_keys)
+            shapes = SchemaCache(lambda table: replica.schema(table, keys.get(table)))
+            sink = DeltaSink(settings, lambda: spark, shapes.current_or_last)
             sink.open(state["sink_position"] if state else None)
             try:
                 offset = start
                 for records, offset in batches(input_path, start, stop, args.batch_rows):
-                    shapes.refresh_for(records)
+                    refresh_for(shapes, records)
                     sink.write(records)
                     position = sink.commit()
                     save_state(state_path, {"offset": offset, "sink_position": position})

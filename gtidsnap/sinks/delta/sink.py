@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from gtidsnap.config import SinkSettings
 from gtidsnap.crashpoints import crash_point
-from gtidsnap.errors import ConfigError, SchemaError, SinkError
+from gtidsnap.errors import ConfigError, SinkError
 from gtidsnap.model import TableId
 from gtidsnap.records import Record
 from gtidsnap.schema import Column, TableSchema
@@ -77,7 +77,8 @@ class DeltaSink:
 
     ``spark_factory`` gives the SparkSession when the sink opens (default:
     :func:`gtidsnap.spark_session.build_spark_session` on ``settings.spark_master``); ``schema_of`` is
-    the engine's current shape of a captured table (refreshed after DDL), read when records arrive.
+    the current shape of a captured table, or the last one of a table dropped since (the engine's
+    :meth:`gtidsnap.schema_cache.SchemaCache.current_or_last`), read when records arrive.
     """
 
     def __init__(
@@ -100,7 +101,6 @@ class DeltaSink:
         self._batch: int | None = None  # the last batch written; None until open
         self._failed: int | None = None  # a batch whose commit failed, to be retried as is
         self._pending: dict[TableId, _Pending] = {}
-        self._shapes: dict[TableId, TableSchema] = {}
         self._tables: DeltaTables | None = None
         # Deferred merges (the changelog holds what waits) and the append route of fresh rows:
         interval = settings.merge_interval_s if settings.changelog else 0.0
@@ -183,7 +183,7 @@ class DeltaSink:
         for r in records:
             by_table.setdefault(r.table, []).append(r)
         for table, rows in by_table.items():
-            schema = self._shape(table)
+            schema = self.schema_of(table)
             pending = self._pending.get(table)
             if pending is None:
                 pending = self._pending[table] = _Pending(schema)
@@ -277,16 +277,6 @@ class DeltaSink:
         self._draining = False
 
     # ------------------------------------------------------------------ writing
-    def _shape(self, table: TableId) -> TableSchema:
-        try:
-            shape = self.schema_of(table)
-        except SchemaError:
-            if table in self._shapes:  # dropped or renamed since: its earlier records keep their shape
-                return self._shapes[table]
-            raise
-        self._shapes[table] = shape
-        return shape
-
     def _write_table(self, table: TableId, pending: _Pending, batch: int) -> None:
         """One table's part of a batch: fresh snapshot rows appended to the mirror when provably new
         there (:mod:`gtidsnap.sinks.mirror_route`), the rest waiting for the mirror's MERGE while the
