@@ -16,7 +16,7 @@ closes the socket and silently dials again with the ``auto_position`` it was bui
 server replays every transaction since the start; on an EOF packet it closes and returns None, and
 the next ``fetchone`` would dial from that same old position. We therefore never let it reconnect:
 the dump connection is opened through a ``pymysql_wrapper`` that refuses a second dump connection
-(``_LibraryReconnect``), which makes ``fetchone`` raise instead. On that, on any network error, and
+(``LibraryReconnect``), which makes ``fetchone`` raise instead. On that, on any network error, and
 on EOF, we drop the reader and build a new one from :attr:`processed` (the start set plus every
 returned commit) after a backoff. A transaction that was returned in part when the connection
 dropped is replayed by the server from its start: its ``TxBegin`` and exactly as many events as
@@ -76,6 +76,13 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
+from gtidsnap.binlog_library import (
+    ONLY_EVENTS,
+    UNSUPPORTED_EVENT_TYPES,
+    EmptyMysqlPosition,
+    GuardedConnect,
+    LibraryReconnect,
+)
 from gtidsnap.binlog_values import row_values
 from gtidsnap.connection import ConnectionSettings
 from gtidsnap.errors import ConfigError, FatalSourceError, SourceError
@@ -98,65 +105,7 @@ log = logging.getLogger(__name__)
 Flavor = Literal["mysql", "mariadb"]
 SchemaOf = Callable[[TableId], TableSchema | None]
 
-_ONLY_EVENTS = [
-    GtidEvent,
-    MariadbGtidEvent,
-    QueryEvent,
-    XidEvent,
-    XAPrepareEvent,
-    WriteRowsEvent,
-    UpdateRowsEvent,
-    PartialUpdateRowsEvent,
-    DeleteRowsEvent,
-    HeartbeatLogEvent,
-    NotImplementedEvent,  # only to fail on the undecodable types below instead of skipping them
-]
-
-# Event types 1.0.17 cannot decode and that must not be skipped silently (they hold rows or GTIDs).
-_UNSUPPORTED_EVENT_TYPES = {
-    40: "a compressed transaction payload (set binlog_transaction_compression=OFF)",
-    42: "a tagged GTID (MySQL 8.4 gtid tags are not supported by python-mysql-replication 1.0.17)",
-    165: "a compressed query event (set log_bin_compress=OFF)",
-    166: "a compressed row event (set log_bin_compress=OFF)",
-    167: "a compressed row event (set log_bin_compress=OFF)",
-    168: "a compressed row event (set log_bin_compress=OFF)",
-    169: "a compressed row event (set log_bin_compress=OFF)",
-    170: "a compressed row event (set log_bin_compress=OFF)",
-    171: "a compressed row event (set log_bin_compress=OFF)",
-}
-
 _MARIADB_FL_STANDALONE = 0x01  # the GTID event's transaction has no BEGIN and no COMMIT/XID
-
-
-class _LibraryReconnect(Exception):
-    """Raised from inside ``fetchone`` when the library tries to redial on its own (see module doc)."""
-
-
-class _GuardedConnect:
-    """``pymysql_wrapper`` that opens one dump connection only; the control one is told apart by
-    the ``cursorclass`` the library gives it."""
-
-    def __init__(self) -> None:
-        self.dump: pymysql.connections.Connection | None = None
-
-    def __call__(self, **kwargs: Any) -> pymysql.connections.Connection:
-        if "cursorclass" in kwargs:
-            if "db" in kwargs:  # the library still uses PyMySQL's deprecated name
-                kwargs["database"] = kwargs.pop("db")
-            return pymysql.connect(**kwargs)
-        if self.dump is not None:
-            raise _LibraryReconnect("connection lost (the library tried to redial from its start position)")
-        self.dump = pymysql.connect(**kwargs)
-        return self.dump
-
-
-class _EmptyMysqlPosition(list[str]):
-    """An empty GTID set the library accepts as ``auto_position``: it tests ``if not auto_position``
-    (an empty string would mean "start at the current binlog position", not "from the beginning")
-    and encodes a list of GTIDs, here none."""
-
-    def __bool__(self) -> bool:
-        return True
 
 
 @dataclass
@@ -198,7 +147,7 @@ class BinlogStream:
         self._processed = start
         self._last_commit: Gtid | None = None
         self._reader: BinLogStreamReader | None = None
-        self._guard: _GuardedConnect | None = None
+        self._guard: GuardedConnect | None = None
         self._pending: deque[BinlogEvent] = deque()
         self._tx: _Tx | None = None
         # The transaction the consumer is inside: its GTID and how many events after its TxBegin it got.
@@ -305,8 +254,8 @@ class BinlogStream:
             assert isinstance(self._processed, MariadbGtidSet)
             position = self._processed.as_position() or None  # None: from the first binlog
         else:
-            position = str(self._processed) or _EmptyMysqlPosition()
-        self._guard = _GuardedConnect()
+            position = str(self._processed) or EmptyMysqlPosition()
+        self._guard = GuardedConnect()
         return BinLogStreamReader(
             connection_settings=settings,
             server_id=self._server_id,
@@ -314,7 +263,7 @@ class BinlogStream:
             is_mariadb=self._flavor == "mariadb",
             blocking=True,  # MariaDB drops the end of a large binlog with blocking=False
             slave_heartbeat=self._heartbeat_s,
-            only_events=_ONLY_EVENTS,
+            only_events=ONLY_EVENTS,
             filter_non_implemented_events=False,
             enable_logging=False,  # it logs every parameter at INFO; also faster
             pymysql_wrapper=self._guard,
@@ -338,7 +287,7 @@ class BinlogStream:
                     f"the replica {where} refused the login of the binlog stream: {_error_text(exc)}"
                 ) from exc
             raise FatalSourceError(f"the binlog stream of {where} was refused: {_error_text(exc)}") from exc
-        if exc is not None and not isinstance(exc, pymysql.err.MySQLError | OSError | _LibraryReconnect):
+        if exc is not None and not isinstance(exc, pymysql.err.MySQLError | OSError | LibraryReconnect):
             self._drop_reader()
             raise FatalSourceError(f"cannot decode the binlog of {where}: {_error_text(exc)}") from exc
         self._drop_reader()
@@ -392,10 +341,10 @@ class BinlogStream:
         elif isinstance(raw, HeartbeatLogEvent):
             if self._tx is None and self._open is None:  # never inside a transaction
                 self._pending.append(Heartbeat(self._last_commit))
-        elif isinstance(raw, NotImplementedEvent) and raw.event_type in _UNSUPPORTED_EVENT_TYPES:
+        elif isinstance(raw, NotImplementedEvent) and raw.event_type in UNSUPPORTED_EVENT_TYPES:
             raise FatalSourceError(
                 f"the binlog of {self._settings.describe()} holds "
-                f"{_UNSUPPORTED_EVENT_TYPES[raw.event_type]}; its rows cannot be read"
+                f"{UNSUPPORTED_EVENT_TYPES[raw.event_type]}; its rows cannot be read"
             )
 
     def _begin(self, gtid: Gtid, standalone: bool) -> None:
