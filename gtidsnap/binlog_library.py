@@ -53,7 +53,8 @@ UNSUPPORTED_EVENT_TYPES = {
 
 
 class LibraryReconnect(Exception):
-    """Raised from inside ``fetchone`` when the library tries to redial on its own (see module doc)."""
+    """Raised from inside ``fetchone`` when the library tries to redial on its own (see the docstring
+    of :mod:`gtidsnap.binlog`: its redial would start over from the original position)."""
 
 
 class GuardedConnect:
