@@ -17,7 +17,8 @@ import typer
 from gtidsnap.cli_output import err, error_line, say
 from gtidsnap.config import load_config
 from gtidsnap.errors import GtidsnapError, SignalError
-from gtidsnap.signals import build_message, send_signal
+from gtidsnap.signal_kafka import send_signal
+from gtidsnap.signal_protocol import build_message
 
 snapshot_app = typer.Typer(
     help="Start, stop, pause or resume snapshots through the Kafka signal topic.",

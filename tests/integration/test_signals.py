@@ -30,7 +30,8 @@ from gtidsnap.model import TableId
 from gtidsnap.plan import TableProgress
 from gtidsnap.replica import Replica
 from gtidsnap.runner import SignalHook, build_engine
-from gtidsnap.signals import build_message, send_signal
+from gtidsnap.signal_kafka import send_signal
+from gtidsnap.signal_protocol import build_message
 from tests.integration.cdc import (
     REPO,
     check_invariants,

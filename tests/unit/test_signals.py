@@ -14,7 +14,8 @@ from gtidsnap.cli import app
 from gtidsnap.commands import PauseSnapshots, ResumeSnapshots, SignalReceived, StartSnapshot, StopSnapshot
 from gtidsnap.errors import SignalError
 from gtidsnap.model import TableId
-from gtidsnap.signals import LagWatch, build_message, parse_signal
+from gtidsnap.signal_protocol import build_message, parse_signal
+from gtidsnap.signals import LagWatch
 
 CONNECTOR = "shop-replica"
 
