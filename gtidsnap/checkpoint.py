@@ -23,6 +23,7 @@ from typing import Any
 from gtidsnap.errors import CheckpointError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.plan import SnapshotContext
+from gtidsnap.signal_ledger import SignalLedger
 
 FORMAT_VERSION = 1
 FLAVORS = ("mysql", "mariadb")
@@ -41,7 +42,7 @@ class Checkpoint:
     next_seq: int
     sink_position: Any
     context: SnapshotContext = field(default_factory=SnapshotContext)
-    signals: dict[str, Any] = field(default_factory=dict)
+    signals: SignalLedger = field(default_factory=SignalLedger)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,7 +52,7 @@ class Checkpoint:
             "next_seq": self.next_seq,
             "sink_position": self.sink_position,
             "context": self.context.to_json(),
-            "signals": self.signals,
+            "signals": self.signals.to_json(),
         }
 
     @classmethod
@@ -77,7 +78,7 @@ class Checkpoint:
             next_seq=next_seq,
             sink_position=data.get("sink_position"),
             context=context,
-            signals=dict(_field(data, "signals", dict, {})),
+            signals=SignalLedger.from_json(_field(data, "signals", dict, {})),
         )
 
 

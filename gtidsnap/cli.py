@@ -273,16 +273,11 @@ def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
     if cp.context.paused:
         say(out, ("snapshots are paused", "yellow"))
     out.print(table)
-    history = cp.signals.get("history", [])
+    history = cp.signals.history
     if history:
         signals = Table("id", "type", "offset", "outcome", title="signals")
         for h in history:
-            fields = (
-                str(h.get("id") or "-"),
-                str(h.get("type")),
-                str(h.get("offset")),
-                str(h.get("outcome")),
-            )
+            fields = (h.id or "-", h.type, str(h.offset), h.outcome)
             signals.add_row(*(Text(c) for c in fields))
         out.print(signals)
 

@@ -20,7 +20,6 @@ in :mod:`gtidsnap.ports`.
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import queue
 import time
@@ -71,17 +70,16 @@ from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
 from gtidsnap.selectors import SelectorError, resolve
+from gtidsnap.signal_ledger import SignalLedger, SignalOutcome
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
 
 
-SIGNAL_HISTORY = 100
 # A chunk due sooner than this is waited for with a sleep; a later one lets the stream run meanwhile
 # (an idle stream's read returns only at the next heartbeat, which would cost a heartbeat per chunk).
 SHORT_CHUNK_WAIT_S = 0.05
 SCHEMA_RETRIES = 3  # a chunk that fails on a changed schema is tried again with the shape read anew
-SIGNAL_IDS_KEPT = 1_000  # ids of signals acted on, to ignore a repeat (each at most 128 characters)
 REASON_CHARS = 500  # longest reason kept in the checkpoint (signal outcomes, snapshot errors)
 
 
@@ -149,7 +147,7 @@ class Engine:
             self.processed = self.replica.executed()
             self.seq = 1
             self.context = SnapshotContext()
-            self.signals: dict[str, Any] = {}
+            self.signals = SignalLedger()
             self.sink.open(None)
             log.info("first run: streaming from the replica's executed set %s", self.processed)
             self._commit()  # so a crash before the first commit resumes from here, not later
@@ -163,7 +161,7 @@ class Engine:
             self.processed = checkpoint.processed
             self.seq = checkpoint.next_seq
             self.context = checkpoint.context
-            self.signals = dict(checkpoint.signals)
+            self.signals = checkpoint.signals.copy()
             self.sink.open(checkpoint.sink_position)
             log.info("resuming after %s at record %d", self.processed, self.seq)
         # A table once snapshotted stays captured: its mirror must keep following the binlog.
@@ -310,14 +308,11 @@ class Engine:
 
     def _apply_signal(self, signal: SignalReceived) -> None:
         """Act on a signal once; record what became of it with its offset (see :class:`SignalReceived`)."""
-        offsets: dict[str, int] = self.signals.setdefault("offsets", {})
-        ids: list[str] = self.signals.setdefault("ids", [])
-        history: list[dict[str, Any]] = self.signals.setdefault("history", [])
-        if signal.offset < offsets.get(str(signal.partition), 0):
+        if self.signals.consumed(signal.partition, signal.offset):
             return  # already consumed before a restart
         if signal.error is not None:
             outcome = f"refused: {cut(signal.error)}"
-        elif signal.id is not None and signal.id in ids:
+        elif self.signals.repeated(signal.id):
             outcome = "ignored: duplicate id"
         else:
             try:
@@ -326,20 +321,7 @@ class Engine:
                 outcome = "done"
             except GtidsnapError as exc:
                 outcome = f"refused: {cut(str(exc))}"
-            if signal.id is not None and outcome == "done":  # a refused id may be sent again, corrected
-                ids.append(signal.id)
-                del ids[:-SIGNAL_IDS_KEPT]
-        offsets[str(signal.partition)] = signal.offset + 1
-        history.append(
-            {
-                "id": signal.id,
-                "type": signal.kind,
-                "partition": signal.partition,
-                "offset": signal.offset,
-                "outcome": outcome,
-            }
-        )
-        del history[:-SIGNAL_HISTORY]
+        self.signals.record(SignalOutcome(signal.id, signal.kind, signal.partition, signal.offset, outcome))
         (log.warning if outcome.startswith("refused") else log.info)(
             "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, outcome
         )
@@ -551,7 +533,7 @@ class Engine:
                 self.processed,
                 self.seq,
                 self.context,
-                copy.deepcopy(self.signals),
+                self.signals.copy(),
             )  # the engine goes on
             job = self.sink.seal()
             self._committer.submit(lambda: self._checkpoint(job(), *state))
@@ -567,7 +549,7 @@ class Engine:
         processed: GtidSet,
         seq: int,
         context: SnapshotContext,
-        signals: dict[str, Any],
+        signals: SignalLedger,
     ) -> None:
         crash_point("between-commit-and-checkpoint")
         self.store.save(Checkpoint(self._flavor(), processed, seq, position, context, signals))

@@ -101,8 +101,7 @@ class SignalHook:
 
     def __call__(self, engine: Engine) -> None:
         self.stop()  # a second run of the same engine gets a consumer at its own offsets
-        offsets: dict[str, int] = dict(engine.signals.get("offsets", {}))
-        self.consumer = SignalConsumer(self.settings, engine.commands, offsets).start()
+        self.consumer = SignalConsumer(self.settings, engine.commands, dict(engine.signals.offsets)).start()
 
     def stop(self) -> None:
         if self.consumer is not None:

@@ -77,7 +77,7 @@ class SignalConsumer:
         self,
         settings: SignalSettings,
         commands: queue.Queue[Command],
-        offsets: Mapping[str, int],
+        offsets: Mapping[int, int],
         poll_s: float = POLL_S,
         stall_s: float | None = None,  # default STALL_S
     ) -> None:

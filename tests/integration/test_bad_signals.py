@@ -157,7 +157,7 @@ def test_no_bad_signal_stops_or_stalls_the_stream(
                 seen = run.wait(
                     f"{name} in the signal history", lambda i=i: len(h := history(tmp_path)) > i and h
                 )
-                outcome = seen[i]["outcome"]
+                outcome = seen[i].outcome
                 assert outcome.startswith("refused: ") and reason in outcome, f"{name}: {outcome}"
                 assert "\n" not in outcome and len(outcome) <= 520, f"{name}: the stored reason is not short"
                 streamed_after(name)
@@ -182,7 +182,7 @@ def test_no_bad_signal_stops_or_stalls_the_stream(
 
             # An id made of markup: acted on, and shown as written by `gtidsnap status`.
             produce_raw(kafka_broker, kafka_topic, [(KEY, {"id": "[/]", "type": "pause-snapshot"})])
-            run.wait("the markup id", lambda: any(h["id"] == "[/]" for h in history(tmp_path)))
+            run.wait("the markup id", lambda: any(h.id == "[/]" for h in history(tmp_path)))
             streamed_after("a markup id")
 
         assert (tmp_path / "checkpoint.json").stat().st_size < 64_000, "a bad signal bloated the checkpoint"

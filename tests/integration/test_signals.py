@@ -31,6 +31,7 @@ from gtidsnap.plan import TableProgress
 from gtidsnap.replica import Replica
 from gtidsnap.runner import SignalHook, build_engine
 from gtidsnap.signal_kafka import send_signal
+from gtidsnap.signal_ledger import SignalOutcome
 from gtidsnap.signal_protocol import build_message
 from tests.integration.cdc import (
     REPO,
@@ -88,13 +89,13 @@ def load(out: Path) -> Checkpoint | None:
     return CheckpointStore(out / "checkpoint.json").load()
 
 
-def history(out: Path) -> list[dict[str, Any]]:
+def history(out: Path) -> list[SignalOutcome]:
     cp = load(out)
-    return list(cp.signals.get("history", [])) if cp is not None else []
+    return list(cp.signals.history) if cp is not None else []
 
 
 def outcomes(out: Path, signal_id: str) -> list[str]:
-    return [h["outcome"] for h in history(out) if h["id"] == signal_id]
+    return [h.outcome for h in history(out) if h.id == signal_id]
 
 
 def progress(out: Path, table: str) -> TableProgress | None:
@@ -509,12 +510,12 @@ def test_bad_messages_are_logged_skipped_and_the_next_signal_works(
         assert run.done(tmp_path, last) == "done"
 
     seen = history(tmp_path)
-    assert [h["offset"] for h in seen] == sorted(h["offset"] for h in seen)
-    refusals = [h for h in seen if h["outcome"].startswith("refused")]
-    assert len(refusals) == len(bad), [h["outcome"] for h in refusals]
+    assert [h.offset for h in seen] == sorted(h.offset for h in seen)
+    refusals = [h for h in seen if h.outcome.startswith("refused")]
+    assert len(refusals) == len(bad), [h.outcome for h in refusals]
     for (_, _, reason), h in zip(bad, refusals, strict=True):
-        assert reason in h["outcome"], (reason, h)
-    assert not {"o1", "o2"} & {h["id"] for h in seen}, "messages for other instances are skipped"
+        assert reason in h.outcome, (reason, h)
+    assert not {"o1", "o2"} & {h.id for h in seen}, "messages for other instances are skipped"
     assert len(seen) == len(bad) + 4, "the refusals, the good one, its duplicate, the bad-SQL filter, pause"
     assert outcomes(tmp_path, good) == ["done", "ignored: duplicate id"]
     eu = [*range(1, 20, 2), 100]
@@ -524,8 +525,8 @@ def test_bad_messages_are_logged_skipped_and_the_next_signal_works(
         r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "refused" in r.getMessage()
     ]
     for h in refusals:  # each logged once, with its offset and reason
-        logged = [w for w in warnings if f"at offset {h['offset']}:" in w]
-        assert len(logged) == 1 and h["outcome"] in logged[0], (h, logged)
+        logged = [w for w in warnings if f"at offset {h.offset}:" in w]
+        assert len(logged) == 1 and h.outcome in logged[0], (h, logged)
 
 
 # ----------------------------------------------------------------------------- scenario 21

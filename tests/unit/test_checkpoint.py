@@ -12,6 +12,7 @@ from gtidsnap.checkpoint import Checkpoint, CheckpointStore, resume_problem
 from gtidsnap.errors import CheckpointError
 from gtidsnap.gtid import parse_gtid_set
 from gtidsnap.plan import SnapshotContext
+from gtidsnap.signal_ledger import SignalLedger
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 U2 = "8a94f357-aab4-11df-86ab-c80aa9429562"
@@ -26,7 +27,7 @@ def maria(text: str) -> Any:
 
 
 def checkpoint(flavor: str, processed: str) -> Checkpoint:
-    return Checkpoint(flavor, parse_gtid_set(flavor, processed), 1, 0, SnapshotContext(), {})
+    return Checkpoint(flavor, parse_gtid_set(flavor, processed), 1, 0, SnapshotContext(), SignalLedger())
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from gtidsnap.model import BinlogEvent, Heartbeat, Key, RowChange, TableId, TxBe
 from gtidsnap.plan import SnapshotContext
 from gtidsnap.records import Record
 from gtidsnap.schema import Column, TableSchema
+from gtidsnap.signal_ledger import SignalLedger
 from gtidsnap.sinks.jsonl import JsonlSink
 
 T = TableId("shop", "orders")
@@ -347,9 +348,9 @@ def test_a_refused_signal_id_may_be_sent_again() -> None:
         JsonlSink(Path("/dev/null")),
         CheckpointStore(Path("/nonexistent/c.json")),
     )
-    engine.signals, engine.context = {}, SnapshotContext()
+    engine.signals, engine.context = SignalLedger(), SnapshotContext()
     engine._apply(SignalReceived(0, 0, "a", "execute-snapshot", StartSnapshot(selectors=("shop.nope",))))
     engine._apply(SignalReceived(0, 1, "a", "execute-snapshot", StartSnapshot(selectors=("shop.orders",))))
     engine._apply(SignalReceived(0, 2, "a", "execute-snapshot", StartSnapshot(selectors=("shop.orders",))))
-    outcomes = [h["outcome"] for h in engine.signals["history"]]
+    outcomes = [h.outcome for h in engine.signals.history]
     assert outcomes[0].startswith("refused: ") and outcomes[1:] == ["done", "ignored: duplicate id"]
