@@ -299,6 +299,8 @@ def address_text(data_type: str, value: Any) -> str:
     bytes (the binlog: trailing zero bytes dropped, an all-zero value as ``''``)."""
     if isinstance(value, str) and value:
         return value
+    if not isinstance(value, str | bytes | bytearray | memoryview):  # bytes(n) would be n zero bytes
+        raise TypeError(f"a {data_type.upper()} value is text or bytes, not {type(value).__name__}")
     raw = value.encode("latin-1") if isinstance(value, str) else bytes(value)
     width = _ADDRESS_WIDTH[data_type]
     raw = raw.ljust(width, b"\0")

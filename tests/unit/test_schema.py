@@ -255,3 +255,12 @@ def test_key_fold_follows_case_and_pad_rules(collation: str | None, pads: bool, 
     column = Column("k", "varchar", "varchar(8)", collation=collation)
     assert column.pads is pads
     assert {raw: fold_key_value(column, raw) for raw in keys} == keys
+
+
+def test_an_address_value_that_is_neither_text_nor_bytes_is_refused_not_allocated() -> None:
+    """bytes(n) is n zero bytes: an int for an INET4 once asked for 25 GB (found by the property test)."""
+    from gtidsnap.schema import address_text
+
+    with pytest.raises(TypeError, match="INET4 value is text or bytes, not int"):
+        address_text("inet4", 25_278_194_304)
+    assert address_text("inet4", b"\x01\x02\x03\x04") == "1.2.3.4"
