@@ -90,6 +90,21 @@ def cut(text: str, limit: int = REASON_CHARS) -> str:
 
 
 @dataclass(frozen=True)
+class InFlightChunk:
+    """The chunk whose window is open: its table's progress when it was selected, and how it ends."""
+
+    progress: TableProgress
+    last_raw_key: RawKey | None  # the next chunk's lower bound, exactly as the server returned it
+    count: int  # rows selected
+    limit: int  # the chunk size asked for
+
+    @property
+    def last(self) -> bool:
+        """Fewer rows than asked for: the table's snapshot ends with this chunk."""
+        return self.count < self.limit
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     chunk_size: int = 1024
     chunk_delay_s: float = 0.0
@@ -130,7 +145,7 @@ class Engine:
         # shared with the sink when the runner builds both (gtidsnap.schema_cache)
         self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
         self._window: ChunkWindow | None = None
-        self._chunk: tuple[TableProgress, RawKey | None, int, int] | None = None
+        self._chunk: InFlightChunk | None = None
         self._in_tx = False
         self._stop = False
         self._last_chunk_at = 0.0
@@ -362,7 +377,7 @@ class Engine:
             if not progress.started:
                 max_key = self.replica.max_key(schema, condition)
                 fresh = self.context.first_snapshot(progress.table)
-                progress = replace(progress, started=True, max_key=max_key, done=max_key is None, fresh=fresh)
+                progress = progress.begun(max_key, fresh)
                 self.context = self.context.update(progress) if not progress.done else self._finish(progress)
                 if progress.done:
                     log.info("%s is empty: snapshot done", progress.table)
@@ -396,7 +411,7 @@ class Engine:
         if chunk.count == 0:
             self.context = self._finish(progress)
             return
-        self._chunk = (progress, chunk.last_raw_key, chunk.count, self.settings.chunk_size)
+        self._chunk = InFlightChunk(progress, chunk.last_raw_key, chunk.count, self.settings.chunk_size)
         self._window = ChunkWindow(progress.table, chunk.rows, lw, hw, self.processed)
         self.stats.window_opened_at = time.monotonic()
         self._emit(self._window.start())
@@ -406,7 +421,7 @@ class Engine:
         log.error("snapshot of %s stopped: %s", progress.table, exc)
         self._schema_retries = 0
         self._last_chunk_at = time.monotonic()
-        self.context = self._finish(replace(progress, error=cut(str(exc))))
+        self.context = self._finish(progress.failed(cut(str(exc))))
 
     def _table_exists(self, table: TableId) -> bool:
         try:
@@ -416,9 +431,8 @@ class Engine:
         return True
 
     def _finish(self, progress: TableProgress) -> SnapshotContext:
-        done = replace(progress, done=True, started=True)
         self._report()
-        return self.context.update(done)
+        return self.context.update(progress.finished())
 
     # ------------------------------------------------------------------ events and outputs
     def _on_event(self, event: BinlogEvent) -> None:
@@ -457,9 +471,9 @@ class Engine:
         rest of that snapshot goes to a Delta mirror by merge, never as appends."""
         progress = self.context.current()
         if progress is not None and progress.fresh and progress.table in set(tables):
-            self.context = self.context.update(replace(progress, fresh=False))
-            if self._chunk is not None and self._chunk[0].table == progress.table:
-                self._chunk = (replace(self._chunk[0], fresh=False), *self._chunk[1:])
+            self.context = self.context.update(progress.not_fresh())
+            if self._chunk is not None and self._chunk.progress.table == progress.table:
+                self._chunk = replace(self._chunk, progress=self._chunk.progress.not_fresh())
 
     def _drop_window(self) -> None:
         """The window is closed (emitted or discarded) or abandoned: count how long it waited."""
@@ -491,7 +505,7 @@ class Engine:
 
     def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Record]:
         assert self._chunk is not None
-        progress, last_raw_key, count, limit = self._chunk
+        progress = self._chunk.progress
         now = int(time.time())
         records = [
             Record(
@@ -508,12 +522,10 @@ class Engine:
             )
             for _, row in chunk.rows
         ]
-        progress = replace(
-            progress, last_key=last_raw_key, chunks=progress.chunks + 1, rows=progress.rows + len(records)
-        )
+        progress = progress.chunk_read(self._chunk.last_raw_key, len(records))
         if records:
             self.context = self.context.emitted(chunk.table)
-        self.context = self._finish(progress) if count < limit else self.context.update(progress)
+        self.context = self._finish(progress) if self._chunk.last else self.context.update(progress)
         self.stats.chunks += 1
         self.stats.snapshot_rows += len(records)
         self._chunk = None

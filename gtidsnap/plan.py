@@ -91,6 +91,26 @@ class TableProgress:
     # emitted rows into this output, and no DDL of the table has been seen since (see sinks.mirror_route).
     fresh: bool = False
 
+    # How a snapshot's progress changes, each step a new value (the engine only calls these):
+    def begun(self, max_key: RawKey | None, fresh: bool) -> TableProgress:
+        """It starts: it reads up to ``max_key``, the largest key now (None: empty, nothing to read)."""
+        return replace(self, started=True, max_key=max_key, done=max_key is None, fresh=fresh)
+
+    def chunk_read(self, last_key: RawKey | None, rows: int) -> TableProgress:
+        """A chunk of ``rows`` rows went out; the next one starts after ``last_key``."""
+        return replace(self, last_key=last_key, chunks=self.chunks + 1, rows=self.rows + rows)
+
+    def finished(self) -> TableProgress:
+        return replace(self, started=True, done=True)
+
+    def failed(self, reason: str) -> TableProgress:
+        """It ends with ``reason`` (``gtidsnap status`` shows it); the other tables go on."""
+        return replace(self, started=True, done=True, error=reason)
+
+    def not_fresh(self) -> TableProgress:
+        """A DDL of the table: the rest of its rows reach a Delta mirror by MERGE, never by APPEND."""
+        return replace(self, fresh=False)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "table": str(self.table),
