@@ -227,13 +227,15 @@ def run(
     )
     tables = _tables(snapshot or [], "--snapshot")
     display = _Display()
+    # Spark's own banners and warnings go to a file beside the checkpoint (on screen with --verbose)
+    spark_log = None if verbose else cfg.checkpoint_path.parent / "spark.log"
     try:
         with Replica(cfg.source) as replica:
             if display.progress is not None:
                 with display.progress:
-                    stats = run_engine(cfg, replica, tables, until_caught_up, on_progress=display)
+                    stats = run_engine(cfg, replica, tables, until_caught_up, display, spark_log)
             else:
-                stats = run_engine(cfg, replica, tables, until_caught_up, on_progress=display)
+                stats = run_engine(cfg, replica, tables, until_caught_up, display, spark_log)
     except GtidsnapError as exc:
         _fail(exc)
     except KeyboardInterrupt:

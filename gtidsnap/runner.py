@@ -115,12 +115,21 @@ def run_engine(
     snapshot: Sequence[TableId] = (),
     until_caught_up: bool = False,
     on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
+    spark_log: Path | None = None,
 ) -> RunStats:
     """Build and run an engine, with the signal consumer when ``config.signals.bootstrap`` is set; the
     consumer is stopped however the run ends (a signal it read but the engine did not act on stays
-    unrecorded in the checkpoint, so it is read again next time)."""
+    unrecorded in the checkpoint, so it is read again next time). ``spark_log``: where Spark's own
+    output goes (None: the console)."""
     hook = SignalHook(config.signals) if config.signals.bootstrap else None
-    engine = build_engine(config, replica, on_progress, on_started=hook)
+    spark_factory = None
+    if spark_log is not None and config.sink.type == "delta":
+        from gtidsnap.spark_session import build_spark_session
+
+        def spark_factory() -> SparkSession:
+            return build_spark_session(master=config.sink.spark_master, log_file=spark_log)
+
+    engine = build_engine(config, replica, on_progress, on_started=hook, spark_factory=spark_factory)
     try:
         return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
     finally:

@@ -8,7 +8,9 @@ instead (``spark/pom.xml``); this module only points ``spark.jars`` at that fold
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,17 +106,54 @@ def _default_conf(jars: list[Path]) -> dict[str, str]:
     }
 
 
+_LOG4J2 = """status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+@contextmanager
+def _output_to(log_file: Path) -> Iterator[None]:
+    """This process's stdout and stderr (file descriptors 1 and 2) go to ``log_file`` meanwhile: a
+    JVM started now keeps them for its lifetime, so its own banners and warnings land in the file."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    target = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = [os.dup(1), os.dup(2)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
+
+
 def build_spark_session(
     app_name: str = "gtidsnap",
     master: str = "local[2]",
     jars_dir: Path | None = None,
     extra_conf: Mapping[str, str] | None = None,
+    log_file: Path | None = None,
 ) -> SparkSession:
     """Start (or reuse) a SparkSession with Delta Lake loaded from ``jars_dir``.
 
     ``jars_dir`` defaults to :func:`default_delta_jars_dir`. ``extra_conf`` overrides the defaults,
     except keys that would download jars (``spark.jars.packages`` ...), which raise ValueError.
     As with ``getOrCreate``, static settings (``spark.jars``, ...) only apply when no session runs yet.
+    ``log_file``: Spark's own output (the JVM's banners, its log at WARN and above) goes there instead
+    of the console (gtidsnap's output stays readable; ``gtidsnap run --verbose`` keeps it on screen).
     """
     extra = dict(extra_conf or {})
     downloading = sorted(_DOWNLOADING_KEYS.intersection(extra))
@@ -128,7 +167,17 @@ def build_spark_session(
 
     from pyspark.sql import SparkSession  # imported late: pyspark is heavy and not needed to fail fast
 
+    conf = _default_conf(jars)
+    if log_file is not None:
+        log_file = log_file.resolve()
+        properties = log_file.with_name(log_file.name + ".log4j2.properties")
+        properties.parent.mkdir(parents=True, exist_ok=True)
+        properties.write_text(_LOG4J2.format(path=log_file), encoding="utf-8")
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={properties.as_uri()}"
     builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in {**_default_conf(jars), **extra}.items():
+    for key, value in {**conf, **extra}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    if log_file is None:
+        return builder.getOrCreate()
+    with _output_to(log_file):
+        return builder.getOrCreate()

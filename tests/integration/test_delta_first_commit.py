@@ -72,5 +72,9 @@ def test_kill_9_around_and_inside_a_tables_first_commit(
     code, log = cli.run(GTIDSNAP_SINK_BATCH_MS="3000")
     assert code == 0, f"the restart on an uncommitted _delta_log failed: exit {code}\n{tail(log)}"
     assert "without any committed version" in log, "the leftover log was not noticed"
+    for marker in ("NativeCodeLoader", "Using incubator modules", "log4j"):
+        assert marker not in log, f"Spark's own output reached gtidsnap's ({marker})"
+    spark_log = (tmp_path / "spark.log").read_text(encoding="utf-8")
+    assert "Using incubator modules" in spark_log, "Spark's output goes to spark.log beside the checkpoint"
     assert committed_tables(cli.root, db) == {"a", "a.changelog", "b", "b.changelog"}
     check_output(spark, pair, db, cli.root)
