@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,13 +127,17 @@ class FakeStream:
         self.last: MysqlGtid | None = None
 
     def next(self) -> BinlogEvent | None:
-        self.crash()
         self.world.maybe_write(0.2)
         if not self.queue and self.tx_at < len(self.world.txs):
             self.queue = list(self.world.txs[self.tx_at][1])
             self.tx_at += 1
         if not self.queue:
+            # A real idle read blocks until the next heartbeat. Crashes are rolled per event, not per
+            # idle read: polls that return at once would otherwise roll hundreds of times while a
+            # background commit waits for its fsync, and under load no run would ever get one saved.
+            time.sleep(0.001)
             return Heartbeat(self.last)
+        self.crash()
         event = self.queue.pop(0)
         if isinstance(event, TxCommit):
             self.last = event.gtid  # type: ignore[assignment]
