@@ -277,7 +277,7 @@ class Engine:
         if isinstance(command, StartSnapshot):
             tables = list(dict.fromkeys([*command.tables, *self._resolve(command.selectors)]))
             for table in tables:
-                self._schema(table)  # fail early, naming the table, if it cannot be snapshotted
+                self.schemas.get(table)  # fail early, naming the table, if it cannot be snapshotted
             unknown = set(command.conditions) - {str(t) for t in tables}
             if unknown:
                 raise SchemaError(f"a filter names {', '.join(sorted(unknown))}, which is not in the request")
@@ -319,7 +319,7 @@ class Engine:
         the chunk SQL checks it again (a checkpoint may hold one from elsewhere)."""
         if condition is None:
             return None
-        return check_filter(condition, table, [c.name for c in self._schema(table).columns])
+        return check_filter(condition, table, [c.name for c in self.schemas.get(table).columns])
 
     def _apply_signal(self, signal: SignalReceived) -> None:
         """Act on a signal once; record what became of it with its offset (see :class:`SignalReceived`)."""
@@ -343,19 +343,12 @@ class Engine:
         self._uncommitted += 1  # checkpoint soon: the offset must be durable
 
     # ------------------------------------------------------------------ schemas
-    def schema(self, table: TableId) -> TableSchema:
-        """The table's current shape as the engine uses it (read again after a DDL on it)."""
-        return self._schema(table)
-
-    def _schema(self, table: TableId) -> TableSchema:
-        return self.schemas.get(table)
-
     def _schema_of(self, table: TableId) -> TableSchema | None:
         """The binlog adapter's question: is this table captured, and with which shape?"""
         if table not in self.captured:
             return None
         try:
-            return self._schema(table)
+            return self.schemas.get(table)
         except SchemaError as exc:
             log.error("cannot capture %s: %s", table, exc)
             self.captured.discard(table)
@@ -372,7 +365,7 @@ class Engine:
         progress = self.context.current()
         assert progress is not None
         try:
-            schema = self._schema(progress.table)
+            schema = self.schemas.get(progress.table)
             condition = progress.condition  # checked by the chunk SQL: FilterError fails the snapshot
             if not progress.started:
                 max_key = self.replica.max_key(schema, condition)
@@ -425,7 +418,7 @@ class Engine:
 
     def _table_exists(self, table: TableId) -> bool:
         try:
-            self._schema(table)
+            self.schemas.get(table)
         except SchemaError:
             return False
         return True
@@ -482,7 +475,7 @@ class Engine:
         self._window, self._chunk = None, None
 
     def _display_key(self, table: TableId, row: Row) -> tuple[Any, ...]:
-        return tuple(row.get(c) for c in self._schema(table).key)
+        return tuple(row.get(c) for c in self.schemas.get(table).key)
 
     def _next_seq(self) -> int:
         self.seq += 1

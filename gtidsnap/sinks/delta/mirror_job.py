@@ -41,7 +41,7 @@ from gtidsnap.sinks.delta.layout import (
 )
 from gtidsnap.sinks.delta.recovery import batch_of, history_since
 from gtidsnap.sinks.delta.tables import merge_newest, table_properties
-from gtidsnap.sinks.delta.util import USER_METADATA, quote
+from gtidsnap.sinks.delta.util import USER_METADATA, same_key
 from gtidsnap.sinks.delta.writes import retry_conflicts
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def merge_mirror(spark: SparkSession, root: str, table: TableId, committed_batch
             retry_conflicts(lambda: writer.option("mergeSchema", "true").save(mirror), mirror)
         else:
             _allow_widening(spark, mirror, source)
-            condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key))
+            condition = F.expr(same_key(key))
             retry_conflicts(lambda: merge_newest(spark, mirror, source, condition), mirror)
         crash_point("mirror-job-after-write")
     finally:

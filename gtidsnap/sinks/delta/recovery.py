@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from gtidsnap.errors import SinkError
 from gtidsnap.sinks.delta.catch_up import merged_watermark
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, DeltaTableRef, recorded_key
-from gtidsnap.sinks.delta.util import USER_METADATA, quote, short_error
+from gtidsnap.sinks.delta.util import USER_METADATA, quote, same_key, short_error
 
 if TYPE_CHECKING:
     from delta.tables import DeltaTable
@@ -174,7 +174,7 @@ def _undo_mirror(spark: SparkSession, path: str, target: int, current: int) -> N
     (
         DeltaTable.forPath(spark, path)
         .alias("t")
-        .merge(before.alias("s"), " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key))
+        .merge(before.alias("s"), same_key(key))
         .whenMatchedDelete(condition="NOT s._gtidsnap_existed")
         .whenMatchedUpdate(condition="s._gtidsnap_existed", set=assignments)
         .whenNotMatchedInsert(condition="s._gtidsnap_existed", values=assignments)

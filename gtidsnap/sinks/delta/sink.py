@@ -35,10 +35,7 @@ from gtidsnap.sinks.delta.layout import (
 from gtidsnap.sinks.delta.recovery import recover
 from gtidsnap.sinks.delta.rows import Change, changes_of, last_per_key
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape
-from gtidsnap.sinks.delta.util import (
-    quote,
-    short_error,
-)
+from gtidsnap.sinks.delta.util import same_key, short_error
 from gtidsnap.sinks.mirror_route import Key, MergePolicy, route
 
 if TYPE_CHECKING:
@@ -365,7 +362,7 @@ class DeltaSink:
                 continue
             crash_point("delta-before-catch-up")
             source = changelog_after(self.spark, changelog, key, held)
-            condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key))
+            condition = F.expr(same_key(key))
             self.tables.merge_source(mirror, source, condition, batch, int(top))
             crash_point("delta-after-catch-up")
             caught += 1

@@ -24,7 +24,14 @@ from gtidsnap.sinks.delta.catch_up import MERGED_SEQ
 from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, SOURCE_PROPERTY, clear_uncommitted_log, recorded_key
 from gtidsnap.sinks.delta.rows import Change, arrow_rows
-from gtidsnap.sinks.delta.util import MATERIALIZE_SOURCE, TXN_APP_ID, TXN_VERSION, USER_METADATA, quote
+from gtidsnap.sinks.delta.util import (
+    MATERIALIZE_SOURCE,
+    TXN_APP_ID,
+    TXN_VERSION,
+    USER_METADATA,
+    quote,
+    same_key,
+)
 from gtidsnap.sinks.delta.writes import evolved_schema, prune_condition, retry_conflicts
 
 if TYPE_CHECKING:
@@ -145,7 +152,7 @@ class DeltaTables:
         merged_seq: int,
     ) -> None:
         plan, source = self._mirror_rows(table, path, shape, changes)
-        condition = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in shape.schema.key))
+        condition = F.expr(same_key(shape.schema.key))
         condition = prune_condition(condition, plan, shape.schema, changes)
         self.merge_source(path, source, condition, batch, merged_seq)
         self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), source.schema)
