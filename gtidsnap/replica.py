@@ -1,10 +1,10 @@
 """The replica as gtidsnap reads it: executed GTID set, table schemas, keyset chunks, preflight facts.
 
 A thin PyMySQL shell around the pure pieces (:mod:`gtidsnap.chunking`, :mod:`gtidsnap.preflight`,
-:mod:`gtidsnap.schema`). It only ever reads: autocommit is on, so every statement is its own
-transaction and no snapshot, row lock or metadata lock outlives it (a held metadata lock would stall
-the replica's SQL thread on the next DDL). The session time zone is UTC so TIMESTAMP values (and keys)
-are unambiguous across DST changes.
+:mod:`gtidsnap.schema`); table shapes are read by :mod:`gtidsnap.catalog` through its queries. It
+only ever reads: autocommit is on, so every statement is its own transaction and no snapshot, row lock
+or metadata lock outlives it (a held metadata lock would stall the replica's SQL thread on the next
+DDL). The session time zone is UTC so TIMESTAMP values (and keys) are unambiguous across DST changes.
 
 Every statement is bounded by the server: the session's ``max_statement_time`` (MariaDB) or
 ``max_execution_time`` (MySQL, SELECTs) is ``source.statement_timeout_s``, so a slow filter or a huge scan
@@ -31,14 +31,14 @@ from typing import Any, Literal, Self
 import pymysql
 import pymysql.cursors
 
-from gtidsnap.chunking import chunk_query, max_key_query, unsupported_key_columns
-from gtidsnap.config import SYSTEM_SCHEMAS
+from gtidsnap.catalog import Catalog, as_text
+from gtidsnap.chunking import chunk_query, max_key_query
 from gtidsnap.connection import ConnectionSettings, TlsMode
 from gtidsnap.errors import ConfigError, PrerequisiteError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.model import Key, TableId
-from gtidsnap.preflight import RELEVANT_VARIABLES, Problem, ReplicaFacts, TableFacts, find_problems
-from gtidsnap.schema import Column, TableSchema
+from gtidsnap.preflight import RELEVANT_VARIABLES, Problem, ReplicaFacts, find_problems
+from gtidsnap.schema import TableSchema
 from gtidsnap.server_errors import CR_SSL_CONNECTION_ERROR, Meaning, code_of, is_server_code, meaning
 
 Flavor = Literal["mysql", "mariadb"]
@@ -104,6 +104,7 @@ class Replica:
         self._read_timeout = (
             read_timeout if read_timeout is not None else settings.statement_timeout + READ_TIMEOUT_MARGIN_S
         )
+        self._catalog = Catalog(self._dicts, settings.describe())
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._conn = self._connect()
 
@@ -270,119 +271,17 @@ class Replica:
         if not logs:
             return parse_gtid_set("mariadb", "")
         row = self._fetch_one(
-            "SELECT BINLOG_GTID_POS(%s, 4)", [_text(logs[0][0])], "reading where the oldest binlog starts"
+            "SELECT BINLOG_GTID_POS(%s, 4)", [as_text(logs[0][0])], "reading where the oldest binlog starts"
         )
-        return parse_gtid_set("mariadb", _text(row[0]) if row and row[0] is not None else "")
+        return parse_gtid_set("mariadb", as_text(row[0]) if row and row[0] is not None else "")
 
     def tables(self) -> list[TableId]:
         """Every base table outside the system schemas, sorted (for resolving table patterns)."""
-        rows = self._dicts(
-            "SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t FROM information_schema.TABLES "
-            "WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') "
-            f"AND TABLE_SCHEMA NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})",
-            sorted(SYSTEM_SCHEMAS),
-            "listing tables",
-        )
-        return sorted(TableId(str(r["s"]), str(r["t"])) for r in rows)
-
-    def _columns(self, tables: Sequence[TableId]) -> dict[TableId, list[Column]]:
-        if not tables:
-            return {}
-        match = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(tables))
-        rows = self._dicts(
-            "SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, COLUMN_NAME AS name, DATA_TYPE AS data_type, "
-            "COLUMN_TYPE AS column_type, IS_NULLABLE AS nullable, COLLATION_NAME AS collation "
-            f"FROM information_schema.COLUMNS WHERE {match} ORDER BY s, t, ORDINAL_POSITION",
-            [v for t in tables for v in (t.schema, t.name)],
-            "reading column definitions",
-        )
-        out: dict[TableId, list[Column]] = {}
-        for r in rows:
-            out.setdefault(TableId(_text(r["s"]), _text(r["t"])), []).append(
-                Column(
-                    name=_text(r["name"]),
-                    data_type=_text(r["data_type"]).lower(),
-                    column_type=_text(r["column_type"]),
-                    nullable=_text(r["nullable"]).upper() == "YES",
-                    collation=_text(r["collation"]) if r["collation"] is not None else None,
-                )
-            )
-        return out
-
-    def _kinds(self, tables: Sequence[TableId]) -> dict[TableId, str]:
-        """TABLE_TYPE per existing table: BASE TABLE, VIEW, SYSTEM VERSIONED, SEQUENCE, ..."""
-        if not tables:
-            return {}
-        match = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(tables))
-        rows = self._dicts(
-            f"SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, TABLE_TYPE AS k FROM information_schema.TABLES "
-            f"WHERE {match}",
-            [v for t in tables for v in (t.schema, t.name)],
-            "reading table types",
-        )
-        return {TableId(_text(r["s"]), _text(r["t"])): _text(r["k"]) for r in rows}
-
-    def _primary_keys(self, tables: Sequence[TableId]) -> dict[TableId, tuple[str, ...]]:
-        if not tables:
-            return {}
-        match = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(tables))
-        rows = self._dicts(
-            "SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, COLUMN_NAME AS name "
-            f"FROM information_schema.STATISTICS WHERE INDEX_NAME = 'PRIMARY' AND ({match}) "
-            "ORDER BY s, t, SEQ_IN_INDEX",
-            [v for t in tables for v in (t.schema, t.name)],
-            "reading primary keys",
-        )
-        out: dict[TableId, list[str]] = {}
-        for r in rows:
-            out.setdefault(TableId(_text(r["s"]), _text(r["t"])), []).append(_text(r["name"]))
-        return {t: tuple(cols) for t, cols in out.items()}
+        return self._catalog.tables()
 
     def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema:
         """Columns in ordinal order and the key to chunk by: the primary key, or ``surrogate_key``."""
-        where = self.settings.describe()
-        if table.schema.lower() in SYSTEM_SCHEMAS:
-            raise SchemaError(
-                f"{table} is in the system schema {table.schema}, which gtidsnap does not capture"
-            )
-        columns = self._columns([table]).get(table)
-        if not columns:
-            raise SchemaError(f"table {table} does not exist on the replica '{where}'")
-        if self._kinds([table]).get(table) == "VIEW":
-            raise SchemaError(
-                f"{table} is a view on the replica '{where}': gtidsnap captures base tables (a view has no "
-                "rows of its own in the binlog); capture the tables it reads"
-            )
-        names = {c.name for c in columns}
-        if surrogate_key:
-            missing = [c for c in surrogate_key if c not in names]
-            if missing:
-                raise SchemaError(
-                    f"surrogate key column(s) {', '.join(missing)} of table {table} do not exist on the "
-                    f"replica '{where}'; its columns are {', '.join(c.name for c in columns)}"
-                )
-            nullable = [c.name for c in columns if c.name in surrogate_key and c.nullable]
-            if nullable:
-                raise SchemaError(
-                    f"surrogate key column(s) {', '.join(nullable)} of table {table} are nullable; rows "
-                    "with a NULL key would never be selected: configure NOT NULL columns"
-                )
-            key = tuple(surrogate_key)
-        else:
-            key = self._primary_keys([table]).get(table, ())
-            if not key:
-                raise SchemaError(
-                    f"table {table} has no primary key on the replica '{where}': add one, or configure "
-                    "a surrogate key for it (a unique NOT NULL column set)"
-                )
-        result = TableSchema(table, tuple(columns), key)
-        bad = unsupported_key_columns(result)
-        if bad:
-            raise SchemaError(
-                f"table {table} is keyed by ENUM/SET/FLOAT column(s) {', '.join(bad)}, which do not sort "
-                "and compare alike: configure a surrogate key of other columns"
-            )
-        return result
+        return self._catalog.schema(table, surrogate_key)
 
     def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[Any, ...] | None:
         """The greatest key as the server returns it (not normalised); None for an empty table."""
@@ -412,40 +311,19 @@ class Replica:
             RELEVANT_VARIABLES,
             "reading server variables",
         )
-        variables = {_text(r[0]).lower(): _text(r[1]) for r in rows}
+        variables = {as_text(r[0]).lower(): as_text(r[1]) for r in rows}
         _, grant_rows = self._query("SHOW GRANTS", [], "reading the grants of the current user")
-        grants = tuple(strip_password(_text(r[0])) for r in grant_rows)
+        grants = tuple(strip_password(as_text(r[0])) for r in grant_rows)
         user_row = self._fetch_one("SELECT CURRENT_USER()", [], "reading the current user")
-        columns = self._columns(tables)
-        keys = self._primary_keys(tables)
-        kinds = self._kinds(tables)
+        table_facts = self._catalog.table_facts(tables)
         return ReplicaFacts(
             flavor=self.flavor,
             version=self.version,
             variables=variables,
             grants=grants,
-            user=_text(user_row[0]) if user_row else self.settings.user,
+            user=as_text(user_row[0]) if user_row else self.settings.user,
             is_replica=self._is_replica(),
-            tables={
-                t: TableFacts(
-                    t in columns, tuple(columns.get(t, ())), keys.get(t, ()), kinds.get(t, "BASE TABLE")
-                )
-                for t in tables
-            },
-        )
-
-    @staticmethod
-    def _table_facts(
-        table: TableId,
-        columns: Mapping[TableId, list[Column]],
-        keys: Mapping[TableId, tuple[str, ...]],
-        kinds: Mapping[TableId, str],
-    ) -> TableFacts:
-        return TableFacts(
-            table in columns,
-            tuple(columns.get(table, ())),
-            keys.get(table, ()),
-            kinds.get(table, "BASE TABLE"),
+            tables=table_facts,
         )
 
     def _is_replica(self) -> bool | None:
@@ -466,8 +344,3 @@ class Replica:
     ) -> list[Problem]:
         """Every problem that stops a read-only capture of ``tables``; empty when ready."""
         return find_problems(self.facts(tables), tables, surrogate_keys or {})
-
-
-def _text(value: Any) -> str:
-    """information_schema may return bytes for some columns (MySQL 8 with binary collations)."""
-    return value.decode() if isinstance(value, bytes | bytearray) else str(value)
