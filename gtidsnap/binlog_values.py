@@ -38,7 +38,7 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import RowsEvent
 from pymysqlreplication.util.bytes import decode_decimal, decode_variable_length
 
-from gtidsnap.schema import date_text, datetime_text
+from gtidsnap.column_values import date_text, datetime_text
 
 _TIME_INT_OFFSET = 0x800000  # TIME2 stores its 24-bit integer part biased by this
 _DATETIME_INT_OFFSET = 0x8000000000  # DATETIME2's 40-bit integer part

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from gtidsnap.column_values import format_time
 from gtidsnap.errors import SchemaError
 from gtidsnap.filters import check_filter
 from gtidsnap.model import TableId
-from gtidsnap.schema import Column, TableSchema, format_time
+from gtidsnap.schema import Column, TableSchema
 
 Params = list[Any]
 

@@ -1,5 +1,5 @@
 """MySQL/MariaDB column types as Spark/Delta types that lose nothing, and gtidsnap's canonical values
-(gtidsnap.schema.normalize_value) as the Python values Arrow builds those columns from.
+(gtidsnap.column_values.normalize_value) as the Python values Arrow builds those columns from.
 
 Pure: no SparkSession, no JVM; ``pyspark.sql.types`` and ``pyarrow`` are plain Python here.
 
@@ -59,7 +59,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from gtidsnap.schema import SPATIAL_TYPES, Column
+from gtidsnap.column_values import SPATIAL_TYPES
+from gtidsnap.schema import Column
 
 #: Columns gtidsnap adds to every mirror row: the record that last wrote it.
 MIRROR_META: tuple[T.StructField, ...] = (

@@ -11,18 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtidsnap.model import TableId
-from gtidsnap.schema import (
-    Column,
-    TableSchema,
+from gtidsnap.column_values import (
     date_text,
     datetime_text,
-    fold_key_value,
     format_time,
     inet6_text,
     normalize_value,
     value_converter,
 )
+from gtidsnap.model import TableId
+from gtidsnap.schema import Column, TableSchema, fold_key_value
 
 TYPES = [
     ("tinyint", "tinyint(4)"),
@@ -259,7 +257,7 @@ def test_key_fold_follows_case_and_pad_rules(collation: str | None, pads: bool, 
 
 def test_an_address_value_that_is_neither_text_nor_bytes_is_refused_not_allocated() -> None:
     """bytes(n) is n zero bytes: an int for an INET4 once asked for 25 GB (found by the property test)."""
-    from gtidsnap.schema import address_text
+    from gtidsnap.column_values import address_text
 
     with pytest.raises(TypeError, match="INET4 value is text or bytes, not int"):
         address_text("inet4", 25_278_194_304)
