@@ -26,15 +26,8 @@ from gtidsnap.sinks.delta import (
     mirror_path,
     plan_columns,
 )
-from gtidsnap.sinks.delta_types import (
-    arrow_array,
-    arrow_type,
-    can_widen,
-    evolve_type,
-    holds,
-    invalid_column_names,
-    spark_type,
-)
+from gtidsnap.sinks.delta.widening import can_widen, evolve_type, holds
+from gtidsnap.sinks.delta_types import arrow_array, arrow_type, invalid_column_names, spark_type
 
 BYTE, SHORT, INT, LONG = T.ByteType(), T.ShortType(), T.IntegerType(), T.LongType()
 FLOAT, DOUBLE, STRING, BINARY = T.FloatType(), T.DoubleType(), T.StringType(), T.BinaryType()

@@ -11,6 +11,7 @@ from gtidsnap.errors import SinkError
 from gtidsnap.model import TableId
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks import delta_types
+from gtidsnap.sinks.delta.widening import evolve_type
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def plan_columns(
     seen: Mapping[str, Column],
 ) -> ColumnPlan:
     """The data columns of a write to the Delta table at ``where``: what it has, in its order, then the
-    source's new columns; types per ``delta_types.evolve_type``. ``seen`` is every source column
+    source's new columns; types per ``widening.evolve_type``. ``seen`` is every source column
     described during the batch (a column added and dropped between two commits is kept too)."""
     current = {c.name.casefold(): c for c in schema.columns}
     described = {**{n.casefold(): c for n, c in seen.items()}, **current}
@@ -63,7 +64,7 @@ def plan_columns(
         data_type = f.dataType
         if source is not None and f.name.casefold() in current:
             wanted = delta_types.spark_type(source)
-            evolved = delta_types.evolve_type(f.dataType, wanted)
+            evolved = evolve_type(f.dataType, wanted)
             if evolved is None:
                 raise SinkError(
                     f"column {source.name} of {table} changed to {source.column_type} "
