@@ -12,6 +12,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from gtidsnap.checkpoint import Checkpoint
+from gtidsnap.crashpoints import crash_point
+from gtidsnap.ports import CheckpointPort
+
+
+def commit_then_save(commit: Callable[[], Any], state: Checkpoint, store: CheckpointPort) -> None:
+    """The one order of a commit: the sink's batch, then the checkpoint naming the sink's position
+    (``state`` was taken when the batch was sealed, so it describes exactly what the batch holds)."""
+    position = commit()
+    crash_point("between-commit-and-checkpoint")
+    store.save(replace(state, sink_position=position))
 
 
 class BackgroundCommitter:

@@ -24,10 +24,10 @@ import logging
 import queue
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from gtidsnap.checkpoint import Checkpoint, resume_problem
+from gtidsnap.chunk_taker import ChunkTaken, ChunkTaker, NoMoreRows, ShapeChanged, SnapshotFailed, TableEmpty
 from gtidsnap.commands import (
     Command,
     PauseSnapshots,
@@ -39,16 +39,14 @@ from gtidsnap.commands import (
     StartSnapshot,
     StopSnapshot,
 )
-from gtidsnap.committer import BackgroundCommitter
-from gtidsnap.crashpoints import crash_point
-from gtidsnap.errors import CheckpointError, ConfigError, FilterError, GtidsnapError, QueryError, SchemaError
-from gtidsnap.filters import check_filter
+from gtidsnap.committer import BackgroundCommitter, commit_then_save
+from gtidsnap.errors import CheckpointError, SchemaError, stored_reason
 from gtidsnap.gtid import GtidSet
+from gtidsnap.loop_step import EngineSettings, LoopFacts, Step, commit_due, next_step
 from gtidsnap.model import (
     BinlogEvent,
     ChunkDiscarded,
     ChunkEmitted,
-    Row,
     RowChange,
     SchemaChange,
     TableId,
@@ -56,7 +54,7 @@ from gtidsnap.model import (
     TxCommit,
     WindowOutput,
 )
-from gtidsnap.plan import RawKey, SnapshotContext, TableProgress
+from gtidsnap.plan import InFlightChunk, SnapshotContext, TableProgress
 from gtidsnap.ports import (
     CheckpointPort,
     DrainingSink,
@@ -65,51 +63,15 @@ from gtidsnap.ports import (
     Sink,
     StreamFactory,
 )
-from gtidsnap.records import Record
+from gtidsnap.records import Record, change_record, snapshot_records
 from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
-from gtidsnap.selectors import SelectorError, resolve
-from gtidsnap.signal_ledger import SignalLedger, SignalOutcome
+from gtidsnap.signal_ledger import SignalLedger
+from gtidsnap.snapshot_request import checked_request
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
-
-
-# A chunk due sooner than this is waited for with a sleep; a later one lets the stream run meanwhile
-# (an idle stream's read returns only at the next heartbeat, which would cost a heartbeat per chunk).
-SHORT_CHUNK_WAIT_S = 0.05
-SCHEMA_RETRIES = 3  # a chunk that fails on a changed schema is tried again with the shape read anew
-REASON_CHARS = 500  # longest reason kept in the checkpoint (signal outcomes, snapshot errors)
-
-
-def cut(text: str, limit: int = REASON_CHARS) -> str:
-    """``text`` on one line, at most ``limit`` characters: reasons are stored in every checkpoint."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-@dataclass(frozen=True)
-class InFlightChunk:
-    """The chunk whose window is open: its table's progress when it was selected, and how it ends."""
-
-    progress: TableProgress
-    last_raw_key: RawKey | None  # the next chunk's lower bound, exactly as the server returned it
-    count: int  # rows selected
-    limit: int  # the chunk size asked for
-
-    @property
-    def last(self) -> bool:
-        """Fewer rows than asked for: the table's snapshot ends with this chunk."""
-        return self.count < self.limit
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    chunk_size: int = 1024
-    chunk_delay_s: float = 0.0
-    checkpoint_interval_s: float = 1.0
-    commit_rows: int = 100_000
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -124,7 +86,7 @@ class Engine:
         open_stream: StreamFactory,
         sink: Sink,
         store: CheckpointPort,
-        settings: EngineSettings = EngineSettings(),
+        settings: EngineSettings | None = None,
         captured: Iterable[TableId] = (),
         surrogate_keys: dict[TableId, tuple[str, ...]] | None = None,
         on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
@@ -135,7 +97,7 @@ class Engine:
         self.open_stream = open_stream
         self.sink = sink
         self.store = store
-        self.settings = settings
+        self.settings = settings or EngineSettings()
         self.captured: set[TableId] = set(captured)
         self.surrogate_keys = dict(surrogate_keys or {})
         self.on_progress = on_progress
@@ -151,7 +113,7 @@ class Engine:
         self._last_chunk_at = 0.0
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
-        self._schema_retries = 0
+        self._chunks = ChunkTaker(replica, self.schemas, self.stats.chunk_pause_s)
         self._committer: BackgroundCommitter | None = None  # set while run() runs, for a SealingSink
 
     # ------------------------------------------------------------------ start and resume
@@ -211,15 +173,15 @@ class Engine:
                     break
                 if not self._in_tx and self._commit_due():
                     self._commit()  # also between chunks: a snapshot of an idle source never reads the stream
-                if self._window is None and not self._in_tx and self._busy():
-                    wait = self._chunk_wait()
-                    if wait <= 0:
-                        self._take_chunk()
-                        continue
-                    if wait <= SHORT_CHUNK_WAIT_S:
-                        time.sleep(wait)  # cheaper than a heartbeat-long read of an idle stream
-                        continue
-                if until_caught_up and self._window is None and not self._in_tx and not self._busy():
+                facts = self._facts(until_caught_up)
+                step = next_step(facts)
+                if step is Step.TAKE_CHUNK:
+                    self._take_chunk()
+                    continue
+                if step is Step.SLEEP:
+                    time.sleep(facts.chunk_wait_s)  # cheaper than a heartbeat-long read of an idle stream
+                    continue
+                if step is Step.CHECK_CAUGHT_UP:
                     if target is None:
                         target = self.replica.executed()
                         log.info("snapshots done; streaming up to %s", target)
@@ -245,19 +207,23 @@ class Engine:
             self.sink.close()
         return self.stats
 
-    def _busy(self) -> bool:
-        return bool(self.context.pending()) and not self.context.paused
-
-    def _chunk_wait(self) -> float:
-        """Seconds until the next chunk may be taken (``chunk_delay_s`` after the previous one)."""
-        return self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic()
+    def _facts(self, until_caught_up: bool) -> LoopFacts:
+        """What :func:`gtidsnap.loop_step.next_step` chooses from."""
+        return LoopFacts(
+            between_transactions=self._window is None and not self._in_tx,
+            snapshots_waiting=bool(self.context.pending()) and not self.context.paused,
+            chunk_wait_s=self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic(),
+            until_caught_up=until_caught_up,
+        )
 
     def _commit_due(self) -> bool:
-        if self._uncommitted >= self.settings.commit_rows:
-            return True  # with a commit in flight this waits for it: memory stays bounded by commit_rows
-        if self._committer is not None and self._committer.busy:
-            return False  # the next batch grows while the previous one commits
-        return time.monotonic() - self._last_commit_at >= self.settings.checkpoint_interval_s
+        return commit_due(
+            self._uncommitted,
+            self.settings.commit_rows,
+            self._committer is not None and self._committer.busy,
+            time.monotonic() - self._last_commit_at,
+            self.settings.checkpoint_interval_s,
+        )
 
     # ------------------------------------------------------------------ commands
     def _drain_commands(self) -> None:
@@ -275,70 +241,28 @@ class Engine:
             self._apply_signal(command)
             return
         if isinstance(command, StartSnapshot):
-            tables = list(dict.fromkeys([*command.tables, *self._resolve(command.selectors)]))
-            for table in tables:
-                self.schemas.get(table)  # fail early, naming the table, if it cannot be snapshotted
-            unknown = set(command.conditions) - {str(t) for t in tables}
-            if unknown:
-                raise SchemaError(f"a filter names {', '.join(sorted(unknown))}, which is not in the request")
-            conditions = {  # every filter checked before any table is queued: a request is taken whole
-                t: self._filter(t, command.conditions.get(str(t), command.condition)) for t in tables
-            }
-            for table in tables:
+            for table, condition in checked_request(command, self.replica.tables, self.schemas).items():
                 self.captured.add(table)
-                self.context = self.context.enqueue([table], conditions[table])
+                self.context = self.context.enqueue([table], condition)
         elif isinstance(command, StopSnapshot):
             if self._window is not None and (command.tables is None or self._window.table in command.tables):
                 self._drop_window()  # rows already streamed stay; the chunk is dropped
             self.context = self.context.stop(command.tables)
-        elif isinstance(command, PauseSnapshots):
-            self.context = replace(self.context, paused=True)
-        elif isinstance(command, ResumeSnapshots):
-            self.context = replace(self.context, paused=False)
-        elif isinstance(command, SetChunkSize):
-            if command.rows < 1:
-                raise ConfigError(f"chunk size must be at least 1, got {command.rows}")
-            self.settings = replace(self.settings, chunk_size=command.rows)
-        elif isinstance(command, SetChunkDelay):
-            self.settings = replace(self.settings, chunk_delay_s=max(0.0, command.seconds))
+        elif isinstance(command, PauseSnapshots | ResumeSnapshots):
+            self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
+        elif isinstance(command, SetChunkSize | SetChunkDelay):
+            self.settings = self.settings.tuned(command)
         elif isinstance(command, Shutdown):
             self._stop = True
         log.info("command %s applied", command)
 
-    def _resolve(self, selectors: Sequence[str]) -> list[TableId]:
-        """Names as they are, regular expressions (RE2) against the replica's catalog (full match)."""
-        if not selectors:
-            return []
-        try:
-            return resolve(selectors, self.replica.tables())
-        except SelectorError as exc:
-            raise SchemaError(str(exc)) from None
-
-    def _filter(self, table: TableId, condition: str | None) -> str | None:
-        """The filter as it will run, so a request is refused when it arrives (FilterError names why);
-        the chunk SQL checks it again (a checkpoint may hold one from elsewhere)."""
-        if condition is None:
-            return None
-        return check_filter(condition, table, [c.name for c in self.schemas.get(table).columns])
-
     def _apply_signal(self, signal: SignalReceived) -> None:
-        """Act on a signal once; record what became of it with its offset (see :class:`SignalReceived`)."""
-        if self.signals.consumed(signal.partition, signal.offset):
+        """Act on a signal once; the ledger records what became of it with its offset."""
+        recorded = self.signals.act_once(signal, self._apply)
+        if recorded is None:
             return  # already consumed before a restart
-        if signal.error is not None:
-            outcome = f"refused: {cut(signal.error)}"
-        elif self.signals.repeated(signal.id):
-            outcome = "ignored: duplicate id"
-        else:
-            try:
-                if signal.command is not None:
-                    self._apply(signal.command)
-                outcome = "done"
-            except GtidsnapError as exc:
-                outcome = f"refused: {cut(str(exc))}"
-        self.signals.record(SignalOutcome(signal.id, signal.kind, signal.partition, signal.offset, outcome))
-        (log.warning if outcome.startswith("refused") else log.info)(
-            "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, outcome
+        (log.warning if recorded.outcome.startswith("refused") else log.info)(
+            "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, recorded.outcome
         )
         self._uncommitted += 1  # checkpoint soon: the offset must be durable
 
@@ -356,72 +280,35 @@ class Engine:
 
     # ------------------------------------------------------------------ chunks
     def _take_chunk(self) -> None:
-        """Take the next chunk of the current table: low watermark, SELECT, high watermark.
+        """Take the next chunk of the current table (:mod:`gtidsnap.chunk_taker`) and open its window.
 
-        A schema error (the replica applied a DDL the stream has not reached) reads the shape again and
-        retries; a statement the server refuses or stops at the time limit (:class:`QueryError`), or a
-        filter that no longer passes its check, fails this table's snapshot with the reason and leaves
-        everything else running."""
+        A changed table shape is tried again; a failure ends this table's snapshot with the reason and
+        leaves everything else running."""
         progress = self.context.current()
         assert progress is not None
-        try:
-            schema = self.schemas.get(progress.table)
-            condition = progress.condition  # checked by the chunk SQL: FilterError fails the snapshot
-            if not progress.started:
-                max_key = self.replica.max_key(schema, condition)
-                fresh = self.context.first_snapshot(progress.table)
-                progress = progress.begun(max_key, fresh)
-                self.context = self.context.update(progress) if not progress.done else self._finish(progress)
-                if progress.done:
-                    log.info("%s is empty: snapshot done", progress.table)
-                    return
-            assert progress.max_key is not None
-            paused_at = time.monotonic()
-            lw = self.replica.executed()
-            try:
-                chunk = self.replica.select_chunk(
-                    schema, progress.last_key, progress.max_key, self.settings.chunk_size, condition
-                )
-            finally:
-                self.stats.chunk_pause_s.append(time.monotonic() - paused_at)
-            hw = self.replica.executed() - lw
-        except SchemaError as exc:
-            self.schemas.forget(progress.table)
-            if self._schema_retries < SCHEMA_RETRIES and self._table_exists(progress.table):
-                # The replica applied a DDL the stream has not reached yet: read the shape again.
-                self._schema_retries += 1
-                log.info(
-                    "schema of %s changed under the snapshot (%s); reading it again", progress.table, exc
-                )
-                return
-            self._fail(progress, exc)
+        outcome = self._chunks.take(
+            progress, self.context.first_snapshot(progress.table), self.settings.chunk_size
+        )
+        if isinstance(outcome, TableEmpty):
+            self.context = self._finish(outcome.progress)
             return
-        except (QueryError, FilterError) as exc:
-            self._fail(progress, exc)
+        if isinstance(outcome, ShapeChanged):
+            self.context = self.context.update(outcome.progress)
             return
-        self._schema_retries = 0
         self._last_chunk_at = time.monotonic()
-        if chunk.count == 0:
-            self.context = self._finish(progress)
-            return
-        self._chunk = InFlightChunk(progress, chunk.last_raw_key, chunk.count, self.settings.chunk_size)
-        self._window = ChunkWindow(progress.table, chunk.rows, lw, hw, self.processed)
-        self.stats.window_opened_at = time.monotonic()
-        self._emit(self._window.start())
-
-    def _fail(self, progress: TableProgress, exc: GtidsnapError) -> None:
-        """End one table's snapshot with the reason (shown by ``gtidsnap status``); the rest goes on."""
-        log.error("snapshot of %s stopped: %s", progress.table, exc)
-        self._schema_retries = 0
-        self._last_chunk_at = time.monotonic()
-        self.context = self._finish(progress.failed(cut(str(exc))))
-
-    def _table_exists(self, table: TableId) -> bool:
-        try:
-            self.schemas.get(table)
-        except SchemaError:
-            return False
-        return True
+        if isinstance(outcome, SnapshotFailed):
+            self.context = self._finish(outcome.progress.failed(stored_reason(str(outcome.error))))
+        elif isinstance(outcome, NoMoreRows):
+            self.context = self._finish(outcome.progress)
+        elif isinstance(outcome, ChunkTaken):
+            chunk, size = outcome.chunk, self.settings.chunk_size
+            self.context = self.context.update(outcome.progress)
+            self._chunk = InFlightChunk(outcome.progress, chunk.last_raw_key, chunk.count, size)
+            self._window = ChunkWindow(
+                outcome.progress.table, chunk.rows, outcome.lw, outcome.hw, self.processed
+            )
+            self.stats.window_opened_at = time.monotonic()
+            self._emit(self._window.start())
 
     def _finish(self, progress: TableProgress) -> SnapshotContext:
         self._report()
@@ -474,47 +361,17 @@ class Engine:
         self.stats.window_opened_at = None
         self._window, self._chunk = None, None
 
-    def _display_key(self, table: TableId, row: Row) -> tuple[Any, ...]:
-        return tuple(row.get(c) for c in self.schemas.get(table).key)
-
-    def _next_seq(self) -> int:
-        self.seq += 1
-        return self.seq - 1
-
     def _record_of_change(self, change: RowChange) -> Record:
-        row = change.after if change.after is not None else change.before
-        assert row is not None
-        return Record(
-            op=change.op,
-            table=change.table,
-            key=self._display_key(change.table, row),
-            before=change.before,
-            after=change.after,
-            gtid=str(change.gtid),
-            seq=self._next_seq(),
-            snapshot=False,
-            source_ts=change.source_ts,
-        )
+        self.seq += 1
+        return change_record(change, self.schemas.get(change.table).key, self.seq - 1)
 
     def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Record]:
         assert self._chunk is not None
         progress = self._chunk.progress
-        now = int(time.time())
-        records = [
-            Record(
-                "r",
-                chunk.table,
-                self._display_key(chunk.table, row),
-                None,
-                row,
-                None,
-                self._next_seq(),
-                True,
-                now,
-                progress.fresh,
-            )
-            for _, row in chunk.rows
-        ]
+        key = self.schemas.get(chunk.table).key
+        rows = (row for _, row in chunk.rows)
+        records = snapshot_records(chunk.table, rows, key, self.seq, progress.fresh, int(time.time()))
+        self.seq += len(records)
         progress = progress.chunk_read(self._chunk.last_raw_key, len(records))
         if records:
             self.context = self.context.emitted(chunk.table)
@@ -532,32 +389,16 @@ class Engine:
         With a :class:`SealingSink` both happen in the background (:mod:`gtidsnap.committer`): the
         batch and the engine's state are taken together here, so the checkpoint saved after the batch
         is committed describes exactly what the batch holds, while the engine reads on."""
+        state = Checkpoint(self._flavor(), self.processed, self.seq, None, self.context, self.signals.copy())
         if self._committer is not None and isinstance(self.sink, SealingSink):
             self._committer.wait()
-            state = (
-                self.processed,
-                self.seq,
-                self.context,
-                self.signals.copy(),
-            )  # the engine goes on
             job = self.sink.seal()
-            self._committer.submit(lambda: self._checkpoint(job(), *state))
+            self._committer.submit(lambda: commit_then_save(job, state, self.store))
         else:
-            self._checkpoint(self.sink.commit(), self.processed, self.seq, self.context, self.signals)
+            commit_then_save(self.sink.commit, state, self.store)
         self._uncommitted = 0
         self._last_commit_at = time.monotonic()
         self._report()
-
-    def _checkpoint(
-        self,
-        position: Any,
-        processed: GtidSet,
-        seq: int,
-        context: SnapshotContext,
-        signals: SignalLedger,
-    ) -> None:
-        crash_point("between-commit-and-checkpoint")
-        self.store.save(Checkpoint(self._flavor(), processed, seq, position, context, signals))
 
     def _flavor(self) -> str:
         return str(getattr(self.replica.flavor, "value", self.replica.flavor))

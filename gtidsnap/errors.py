@@ -21,6 +21,14 @@ Messages name the object and the cause, and never contain a password.
 
 from __future__ import annotations
 
+REASON_CHARS = 500  # longest reason kept in the checkpoint (signal outcomes, snapshot errors)
+
+
+def stored_reason(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` on one line, at most ``limit`` characters: reasons are stored in every checkpoint."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
 
 class GtidsnapError(Exception):
     """Base of every error gtidsnap raises on purpose."""

@@ -7,12 +7,13 @@ comparison of ``seq`` (a snapshot row takes the sequence of the point where the 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
-from gtidsnap.model import Row, TableId
+from gtidsnap.model import Row, RowChange, TableId
 
 RecordOp = Literal["c", "u", "d", "r"]
 
@@ -54,3 +55,30 @@ class Record:
             return orjson.dumps(self.to_json(), option=orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:
             return (json.dumps(self.to_json(), separators=(",", ":")) + "\n").encode("ascii")
+
+
+def change_record(change: RowChange, key_columns: Sequence[str], seq: int) -> Record:
+    """The record of one binlog row change, its key shown as the row's key column values."""
+    row = change.after if change.after is not None else change.before
+    assert row is not None
+    return Record(
+        op=change.op,
+        table=change.table,
+        key=tuple(row.get(c) for c in key_columns),
+        before=change.before,
+        after=change.after,
+        gtid=str(change.gtid),
+        seq=seq,
+        snapshot=False,
+        source_ts=change.source_ts,
+    )
+
+
+def snapshot_records(
+    table: TableId, rows: Iterable[Row], key_columns: Sequence[str], first_seq: int, fresh: bool, now: int
+) -> list[Record]:
+    """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``now``."""
+    return [
+        Record("r", table, tuple(row.get(c) for c in key_columns), None, row, None, seq, True, now, fresh)
+        for seq, row in enumerate(rows, first_seq)
+    ]

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from gtidsnap.binlog import BinlogStream
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
 from gtidsnap.config import Config, SignalSettings
-from gtidsnap.engine import Engine, EngineSettings
+from gtidsnap.engine import Engine
 from gtidsnap.errors import ConfigError
 from gtidsnap.gtid import GtidSet
+from gtidsnap.loop_step import EngineSettings
 from gtidsnap.model import TableId
 from gtidsnap.plan import SnapshotContext
 from gtidsnap.replica import Replica

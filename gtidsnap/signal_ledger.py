@@ -8,8 +8,12 @@ runner and CLI read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from gtidsnap.commands import Command, SignalReceived
+from gtidsnap.errors import GtidsnapError, stored_reason
 
 HISTORY_KEPT = 100  # outcomes kept for `gtidsnap status`
 IDS_KEPT = 1_000  # ids of signals acted on, to ignore a repeat (each at most 128 characters)
@@ -58,6 +62,27 @@ class SignalLedger:
         self.offsets[outcome.partition] = outcome.offset + 1
         self.history.append(outcome)
         del self.history[:-HISTORY_KEPT]
+
+    def act_once(self, signal: SignalReceived, act: Callable[[Command], None]) -> SignalOutcome | None:
+        """Act on ``signal`` unless it repeats an id acted on; record what became of it and return
+        that (None: consumed before a restart, nothing to do). ``act`` raising a GtidsnapError refuses
+        the signal with the error's message."""
+        if self.consumed(signal.partition, signal.offset):
+            return None
+        if signal.error is not None:
+            outcome = f"refused: {stored_reason(signal.error)}"
+        elif self.repeated(signal.id):
+            outcome = "ignored: duplicate id"
+        else:
+            try:
+                if signal.command is not None:
+                    act(signal.command)
+                outcome = "done"
+            except GtidsnapError as exc:
+                outcome = f"refused: {stored_reason(str(exc))}"
+        recorded = SignalOutcome(signal.id, signal.kind, signal.partition, signal.offset, outcome)
+        self.record(recorded)
+        return recorded
 
     def copy(self) -> SignalLedger:
         return SignalLedger(dict(self.offsets), list(self.ids), list(self.history))

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from gtidsnap.checkpoint import CheckpointStore
 from gtidsnap.commands import SetChunkSize, SignalReceived, StartSnapshot
-from gtidsnap.engine import Engine, EngineSettings
+from gtidsnap.engine import Engine
 from gtidsnap.errors import CheckpointError, QueryError, SchemaError
 from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
+from gtidsnap.loop_step import EngineSettings
 from gtidsnap.model import BinlogEvent, Heartbeat, Key, RowChange, TableId, TxBegin, TxCommit
 from gtidsnap.plan import SnapshotContext
 from gtidsnap.records import Record

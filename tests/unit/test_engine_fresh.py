@@ -10,8 +10,9 @@ from pathlib import Path
 
 from gtidsnap.checkpoint import CheckpointStore
 from gtidsnap.commands import StartSnapshot
-from gtidsnap.engine import Engine, EngineSettings
+from gtidsnap.engine import Engine
 from gtidsnap.gtid import MysqlGtid
+from gtidsnap.loop_step import EngineSettings
 from gtidsnap.model import BinlogEvent, SchemaChange, TxBegin, TxCommit
 from gtidsnap.plan import SnapshotContext, TableProgress
 from gtidsnap.records import Record

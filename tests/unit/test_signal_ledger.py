@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from gtidsnap.commands import Command, SetChunkSize, SignalReceived
+from gtidsnap.errors import ConfigError
 from gtidsnap.signal_ledger import HISTORY_KEPT, IDS_KEPT, SignalLedger, SignalOutcome
 
 
@@ -49,3 +51,31 @@ def test_json_is_the_checkpoint_format_of_before() -> None:
 def test_a_ledger_not_as_written_is_named(data: dict[str, object], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         SignalLedger.from_json(data)
+
+
+def test_act_once_acts_refuses_ignores_and_skips_what_was_consumed() -> None:
+    ledger = SignalLedger()
+    acted: list[Command] = []
+
+    def act(command: Command) -> None:
+        if isinstance(command, SetChunkSize) and command.rows < 1:
+            raise ConfigError("chunk size must be at least 1,\n got 0")
+        acted.append(command)
+
+    def signal(
+        offset: int, id_: str | None, command: Command | None, error: str | None = None
+    ) -> SignalReceived:
+        return SignalReceived(0, offset, id_, "set-chunk-size", command, error)
+
+    done = ledger.act_once(signal(0, "a", SetChunkSize(5)), act)
+    assert done is not None and done.outcome == "done" and acted == [SetChunkSize(5)]
+    again = ledger.act_once(signal(1, "a", SetChunkSize(6)), act)
+    assert again is not None and again.outcome == "ignored: duplicate id" and len(acted) == 1
+    refused = ledger.act_once(signal(2, "b", SetChunkSize(0)), act)
+    assert refused is not None and refused.outcome == "refused: chunk size must be at least 1, got 0"
+    assert not ledger.repeated("b"), "a refused id may be sent again, corrected"
+    bad = ledger.act_once(signal(3, "c", None, "x" * 2_000), act)
+    assert bad is not None and bad.outcome.startswith("refused: xxx") and len(bad.outcome) < 600
+    assert ledger.act_once(signal(2, "d", SetChunkSize(9)), act) is None, "consumed before: nothing"
+    assert [h.offset for h in ledger.history] == [0, 1, 2, 3] and ledger.offsets == {0: 4}
+    assert acted == [SetChunkSize(5)]
