@@ -1,5 +1,5 @@
 """Workarounds for python-mysql-replication 1.0.17's value decoding, so binlog values can equal the
-snapshot's (:mod:`gtidsnap.schema` makes both canonical; this module only gets the facts right).
+snapshot's (:mod:`gtidsnap.column_values` makes both canonical; this module only gets the facts right).
 
 What the library gets wrong, measured on MySQL 8.0 and MariaDB 10.11, and what replaces it:
 
@@ -11,7 +11,7 @@ What the library gets wrong, measured on MySQL 8.0 and MariaDB 10.11, and what r
   ``2024-02-30`` under ALLOW_INVALID_DATES): it returns None, as for NULL, or raises from inside
   ``datetime.date`` for a DATE. The server stores and prints them, and PyMySQL hands a chunk their
   text: :func:`decode_date` and :func:`decode_datetime2` return the text of the stored fields (as
-  :func:`gtidsnap.schema.datetime_text` writes it), and a ``date``/``datetime`` for a valid value.
+  :func:`gtidsnap.column_values.datetime_text` writes it), and a ``date``/``datetime`` for a valid value.
 * MySQL binary JSON opaque values (``json_binary.parse_opaque``): DATE and DATETIME became
   ``datetime``, TIME a ``datetime.time`` without its sign that cannot hold 24 hours or more (decoding
   raised), TIMESTAMP and binary strings garbled text. :func:`parse_json_opaque` returns what the

@@ -1,6 +1,7 @@
 """Statements of the binlog read as text (pure): what kind a query event is (begin, end, DML, DDL,
 nothing of ours), which tables a DDL or a DML statement names, and the statement with its secrets
-redacted before anything logs or emits it. The binlog adapter (:mod:`gtidsnap.binlog`) applies them.
+redacted before anything logs or emits it. The binlog translator (:mod:`gtidsnap.binlog_translator`)
+applies them.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Schema changes. New columns are added by the MERGE (``withSchemaEvolution``) and
 (``mergeSchema``). A dropped column stays in the Delta tables; rows written after the drop have NULL in
 it. A type change keeps the Delta type when it still holds every value, widens the column (Delta
 type widening, enabled on the table when first needed) when Delta supports it, and otherwise stops
-with a :class:`SinkError` naming the table and the column (see ``delta_types.evolve_type``).
+with a :class:`SinkError` naming the table and the column (see :mod:`gtidsnap.sinks.delta.widening`).
 
 Exactly once across crashes. The engine calls :meth:`DeltaSink.commit` and then saves its checkpoint
 with the returned position ``{"delta_batch": N}``; a crash can fall between the two, or in the middle
