@@ -1,6 +1,7 @@
 """``gtidsnap``: the command line. A thin layer of typer + rich over the library, which never prints.
 
-Exit codes: 0 done, 1 the replica or the input is not usable (the message says why), 2 usage error.
+Exit codes: 0 done, 1 the replica or the input is not usable (the message says why; a second line
+says when the same command again may pass), 2 usage error.
 
 Text from users (table names, paths, signal ids, server messages) is printed as plain text, never as
 rich markup: a table called ``db.[/x]`` prints as itself. An unexpected exception prints one line
@@ -63,9 +64,15 @@ def _config(config: Path | None, **flags: Any) -> Config:
         raise _fail(exc) from exc
 
 
+RETRY_HINT = "this may pass: the same command again is safe (gtidsnap run resumes from its checkpoint)"
+
+
 def _fail(exc: BaseException | str, code: int = 1) -> typer.Exit:
-    """Print the error and return the exit to raise (raised here too, so callers may ignore it)."""
+    """Print the error and return the exit to raise (raised here too, so callers may ignore it). An
+    error whose type says a retry may help (``retryable``: a server or the output unreachable) says so."""
     error_line(str(exc))
+    if isinstance(exc, GtidsnapError) and exc.retryable:
+        say(err, RETRY_HINT)
     raise typer.Exit(code)
 
 

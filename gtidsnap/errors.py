@@ -14,7 +14,8 @@
     └── SinkError                 the output could not be written
         └── DeltaJarsMissingError the pre-resolved Delta jars are not where Spark is told to find them
 
-Whether an error is worth retrying is a property of its type (``retryable``), not of the call site.
+Whether an error is worth retrying is a property of its type (``retryable``), not of the call site;
+the command line reads it to say whether the same command again may pass.
 What a server's error code means is decided in one place, :mod:`gtidsnap.server_errors`.
 Messages name the object and the cause, and never contain a password.
 """

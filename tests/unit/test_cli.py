@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import typer
 
 from gtidsnap import cli
+from gtidsnap.errors import ConfigError, FatalSourceError, GtidsnapError, QueryError, SinkError, SourceError
 
 
 def boom(args: list[str]) -> None:
@@ -32,3 +34,23 @@ def test_verbose_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_user_text_is_printed_as_written(capsys: pytest.CaptureFixture[str]) -> None:
     cli.error_line("table db.[/x] and [sorce] and [bold red]")
     assert capsys.readouterr().err == "error: table db.[/x] and [sorce] and [bold red]\n"
+
+
+@pytest.mark.parametrize(
+    ("error", "hinted"),
+    [
+        (SourceError("cannot connect to the replica a@127.0.0.1:1: refused"), True),
+        (SinkError("the Delta commit failed: disk full"), True),
+        (FatalSourceError("the binlog stream was refused: purged"), False),
+        (QueryError("the replica refused a chunk: 1054"), False),
+        (ConfigError("unknown section [sorce]"), False),
+    ],
+)
+def test_an_error_says_whether_the_same_command_again_may_pass(
+    error: GtidsnapError, hinted: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(typer.Exit) as stopped:
+        cli._fail(error)
+    err = capsys.readouterr().err
+    assert stopped.value.exit_code == 1 and err.startswith(f"error: {error}\n")
+    assert (cli.RETRY_HINT in err) is hinted and err.count("error:") == 1
