@@ -36,17 +36,12 @@ class ChunkTaken:
 
 
 @dataclass(frozen=True)
-class TableEmpty:
-    """No row matches (no largest key): the snapshot is done without a SELECT."""
+class SnapshotDone:
+    """Nothing left to read: no row matched at the start (``selected`` False, no SELECT was sent) or
+    the SELECT returned nothing."""
 
     progress: TableProgress
-
-
-@dataclass(frozen=True)
-class NoMoreRows:
-    """The SELECT returned nothing: the snapshot is done."""
-
-    progress: TableProgress
+    selected: bool
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,7 @@ class SnapshotFailed:
     error: GtidsnapError
 
 
-TakeOutcome = ChunkTaken | TableEmpty | NoMoreRows | ShapeChanged | SnapshotFailed
+TakeOutcome = ChunkTaken | SnapshotDone | ShapeChanged | SnapshotFailed
 
 
 class ChunkTaker:
@@ -87,7 +82,7 @@ class ChunkTaker:
                 progress = progress.begun(self.replica.max_key(schema, condition), first_snapshot)
                 if progress.done:
                     log.info("%s is empty: snapshot done", progress.table)
-                    return TableEmpty(progress)
+                    return SnapshotDone(progress, selected=False)
             assert progress.max_key is not None
             paused_at = time.monotonic()
             lw = self.replica.executed()
@@ -111,7 +106,7 @@ class ChunkTaker:
             return self._failed(progress, exc)
         self._schema_retries = 0
         if chunk.count == 0:
-            return NoMoreRows(progress)
+            return SnapshotDone(progress, selected=True)
         return ChunkTaken(progress, chunk, lw, hw)
 
     def _failed(self, progress: TableProgress, exc: GtidsnapError) -> SnapshotFailed:

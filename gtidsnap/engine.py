@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gtidsnap.checkpoint import Checkpoint, resume_problem
-from gtidsnap.chunk_taker import ChunkTaken, ChunkTaker, NoMoreRows, ShapeChanged, SnapshotFailed, TableEmpty
+from gtidsnap.chunk_taker import ChunkTaken, ChunkTaker, ShapeChanged, SnapshotDone, SnapshotFailed
 from gtidsnap.commands import (
     Command,
     PauseSnapshots,
@@ -289,16 +289,14 @@ class Engine:
         outcome = self._chunks.take(
             progress, self.context.first_snapshot(progress.table), self.settings.chunk_size
         )
-        if isinstance(outcome, TableEmpty):
-            self.context = self._finish(outcome.progress)
-            return
         if isinstance(outcome, ShapeChanged):
             self.context = self.context.update(outcome.progress)
             return
-        self._last_chunk_at = time.monotonic()
+        if not isinstance(outcome, SnapshotDone) or outcome.selected:
+            self._last_chunk_at = time.monotonic()  # the next chunk waits chunk_delay_s after a SELECT
         if isinstance(outcome, SnapshotFailed):
             self.context = self._finish(outcome.progress.failed(stored_reason(str(outcome.error))))
-        elif isinstance(outcome, NoMoreRows):
+        elif isinstance(outcome, SnapshotDone):
             self.context = self._finish(outcome.progress)
         elif isinstance(outcome, ChunkTaken):
             chunk, size = outcome.chunk, self.settings.chunk_size
