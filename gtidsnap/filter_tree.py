@@ -142,35 +142,33 @@ _ARGS: Final[Mapping[type[exp.Expr], frozenset[str]]] = {
 """The whitelist: each node class allowed, and which of its arguments may be set."""
 
 
+_REFUSED: tuple[tuple[type[exp.Expr] | tuple[type[exp.Expr], ...], str], ...] = (
+    (_SUBQUERY_NODES, "subqueries are not allowed"),
+    (exp.SessionParameter, "system variables (@@name) are not allowed"),
+    (exp.Parameter, "user variables (@name) are not allowed"),
+    (exp.Placeholder, "placeholders (?, %s, :name) are not allowed; write the value itself"),
+    (exp.PropertyEQ, "assignments (:=) are not allowed"),
+    (exp.Window, "window functions are not allowed"),
+    (exp.AggFunc, "aggregate function {name} is not allowed"),
+    (exp.Func, "function {name} is not allowed"),
+    (exp.Tuple, "row constructors (a, b) are not allowed"),
+    (exp.Alias, "aliases are not allowed"),
+    (_BITWISE, "bitwise operators (& | ^ ~ << >>) are not allowed"),
+)
+"""Why a node outside the whitelist is refused, by its class (the first that matches; ``{name}``: the
+function's name)."""
+
+
 def _problem(node: exp.Expr) -> tuple[str, str]:
     """Why a node outside the whitelist is refused, and how to quote it."""
     part = sql_of(node)
-    if isinstance(node, _SUBQUERY_NODES):
-        return "subqueries are not allowed", part
-    if isinstance(node, exp.SessionParameter):
-        return "system variables (@@name) are not allowed", part
-    if isinstance(node, exp.Parameter):
-        return "user variables (@name) are not allowed", part
-    if isinstance(node, exp.Placeholder):
-        return "placeholders (?, %s, :name) are not allowed; write the value itself", part
-    if isinstance(node, exp.PropertyEQ):
-        return "assignments (:=) are not allowed", part
-    if isinstance(node, exp.Window):
-        return "window functions are not allowed", part
-    if isinstance(node, exp.AggFunc):
-        return f"aggregate function {_name_of(node)} is not allowed", part
-    if isinstance(node, exp.Func):
-        return f"function {_name_of(node)} is not allowed", part
-    if isinstance(node, exp.Tuple):
-        return "row constructors (a, b) are not allowed", part
-    if isinstance(node, exp.Alias):
-        return "aliases are not allowed", part
     if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
         return "stored functions (schema.function(...)) are not allowed", part
     if isinstance(node, exp.Dot | exp.Bracket):
         return f"{part!r} is not a column of this table", part
-    if isinstance(node, _BITWISE):
-        return "bitwise operators (& | ^ ~ << >>) are not allowed", part
+    for classes, reason in _REFUSED:
+        if isinstance(node, classes):
+            return (reason.format(name=_name_of(node)) if "{name}" in reason else reason), part
     return f"{one_line(part, 60)!r} is not allowed", part
 
 

@@ -39,7 +39,7 @@ from gtidsnap.sinks.delta.layout import (
     list_tables,
     mirror_path,
 )
-from gtidsnap.sinks.delta.recovery import batch_of, history_since
+from gtidsnap.sinks.delta.recovery import batch_of, history_since, recent_commits
 from gtidsnap.sinks.delta.tables import merge_newest, table_properties
 from gtidsnap.sinks.delta.util import USER_METADATA, same_key
 from gtidsnap.sinks.delta.writes import retry_conflicts
@@ -82,14 +82,10 @@ def mirror_watermark(spark: SparkSession, mirror: str) -> int | None:
     its history as finds it."""
     from delta.tables import DeltaTable
 
-    table, limit = DeltaTable.forPath(spark, mirror), 16
-    while True:
-        rows = table.history(limit).select("version", "operation", "userMetadata", "operationParameters")
-        commits = rows.collect()
-        found = merged_watermark(commits)
-        if found is not None or len(commits) < limit or min(int(c["version"]) for c in commits) == 0:
-            return found
-        limit *= 8
+    commits = recent_commits(
+        DeltaTable.forPath(spark, mirror), lambda found: merged_watermark(found) is not None
+    )
+    return merged_watermark(commits)
 
 
 def merge_mirrors(spark: SparkSession, root: str, committed_batch: int | None) -> list[MirrorPass]:

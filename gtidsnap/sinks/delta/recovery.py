@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,20 +64,25 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
     return Recovery(target, highest, merged_watermark(kept))
 
 
-def history_since(table: DeltaTable, last: int) -> list[Any]:
-    """Commits (oldest first) from the newest one of a batch <= ``last`` (or from the oldest kept)."""
+def recent_commits(table: DeltaTable, enough: Callable[[list[Any]], bool]) -> list[Any]:
+    """The table's latest commits, oldest first (version, operation, userMetadata, operationParameters),
+    read further back (16, 128, 1024, ... commits) until ``enough`` of them or the whole kept history."""
     limit = 16
     while True:
-        rows = (
-            table.history(limit).select("version", "operation", "userMetadata", "operationParameters")
-        ).collect()
-        commits = sorted(rows, key=lambda r: int(r["version"]))
-        anchors = [i for i, c in enumerate(commits) if _committed(batch_of(c["userMetadata"]), last)]
-        if anchors:
-            return commits[anchors[-1] :]
-        if len(rows) < limit or int(commits[0]["version"]) == 0:
+        rows = table.history(limit).select("version", "operation", "userMetadata", "operationParameters")
+        commits = sorted(rows.collect(), key=lambda r: int(r["version"]))
+        if enough(commits) or len(commits) < limit or int(commits[0]["version"]) == 0:
             return commits
         limit *= 8
+
+
+def history_since(table: DeltaTable, last: int) -> list[Any]:
+    """Commits (oldest first) from the newest one of a batch <= ``last`` (or from the oldest kept)."""
+    commits = recent_commits(
+        table, lambda found: any(_committed(batch_of(c["userMetadata"]), last) for c in found)
+    )
+    anchors = [i for i, c in enumerate(commits) if _committed(batch_of(c["userMetadata"]), last)]
+    return commits[anchors[-1] :] if anchors else commits
 
 
 def batch_of(user_metadata: str | None) -> int | None:
