@@ -15,6 +15,10 @@ numbers. A sink that can seal (Delta) hands each batch to one background committ
 after it; the loop waits for it before sealing the next one. The signal consumer thread only puts
 commands (:mod:`gtidsnap.commands`) on :attr:`Engine.commands`. The ports the loop drives are declared
 in :mod:`gtidsnap.ports`.
+
+What the loop does next is chosen by :func:`gtidsnap.loop_step.next_step` from plain facts; a chunk
+is taken by :class:`gtidsnap.chunk_taker.ChunkTaker`, which answers with what became of it; a request
+is checked whole by :mod:`gtidsnap.snapshot_request`. The engine applies those answers to its state.
 """
 
 from __future__ import annotations
