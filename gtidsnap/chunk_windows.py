@@ -1,0 +1,186 @@
+"""Several chunk windows in flight, and a stream that never pauses (the pure core of parallel reads).
+
+:mod:`gtidsnap.window` puts one chunk into the stream and needs the stream paused while its chunk is
+selected. Here any number of chunks are read meanwhile, each by its own reader with its own
+watermarks, and the stream goes on:
+
+1. The engine reads ``lw``, the replica's executed set, and opens a window (:meth:`ChunkWindows.open`)
+   before the stream processes anything more: so every transaction the stream has processed is in
+   ``lw`` (checked), and every one it processes from now on and is not in ``lw`` is seen here.
+2. From then on, every row change on the window's table whose transaction is not in ``lw`` records
+   the keys it touches (old and new, for a key update). Nothing waits: the change goes out as usual.
+3. A reader SELECTs the chunk, then reads the executed set again: ``hw`` is what it added to ``lw``.
+   The rows and ``hw`` reach the window later, in any order with the other windows
+   (:meth:`ChunkWindows.rows_read`).
+4. The window closes once its rows are known and the stream has passed ``hw``: it processed all of
+   ``lw`` and ``hw``, or it met a transaction in neither (committed after ``hw`` was read, so every
+   ``hw`` member that will ever reach the binlog came before it), or a heartbeat after the stream saw,
+   past ``lw``, a transaction at or beyond ``hw``'s highest number for every source. The chunk goes
+   out right there, without every key recorded since ``lw``.
+
+Why removing every key changed since ``lw`` (more than the single-window rule removes) is safe: each
+such change was already emitted with the row's full image (or its delete), so the chunk's copy adds
+nothing; and a surviving row was changed by no transaction from ``lw`` to the point it goes out,
+while the SELECT saw every transaction of ``lw``: it is the row as of that point. Nothing rewinds,
+nothing is lost (a row never changed since ``lw`` is in the chunk; one changed since is in the
+stream), and each change goes out once, whatever the number of windows.
+
+A DDL on a window's table that the stream delivers before the window closes discards that window (its
+rows may have the old shape); the engine reads the range again with fresh watermarks.
+
+Keys are recorded whole per table, not by range: the ranges are in the server's key order, which
+folded keys (collations) do not keep. Memory is the keys changed on a table while its windows are
+open. This module does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gtidsnap.gtid import Gtid, GtidSet
+from gtidsnap.model import BinlogEvent, Heartbeat, Key, Row, RowChange, SchemaChange, TableId, TxCommit
+
+
+@dataclass(frozen=True)
+class WindowEmitted:
+    """Window ``window``'s surviving rows, to go out at exactly this point of the stream."""
+
+    window: int
+    table: TableId
+    rows: tuple[tuple[Key, Row], ...]
+
+
+@dataclass(frozen=True)
+class WindowDiscarded:
+    """Window ``window`` must be read again: its table's shape changed while it was open."""
+
+    window: int
+    table: TableId
+    reason: str
+
+
+Output = BinlogEvent | WindowEmitted | WindowDiscarded
+
+
+@dataclass
+class _Window:
+    id: int
+    table: TableId
+    lw: GtidSet
+    changed: set[Key] = field(default_factory=set)  # keys touched past lw
+    seen: GtidSet | None = None  # commits past lw the stream processed
+    seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
+    rows: dict[Key, Row] | None = None  # None until the reader's rows arrive
+    hw: GtidSet | None = None
+
+
+class ChunkWindows:
+    """The windows in flight; feed every binlog event in order and emit what comes back, in order."""
+
+    def __init__(self, processed: GtidSet) -> None:
+        self.processed = processed  # what the stream has fully processed
+        self._windows: dict[int, _Window] = {}
+        self._next_id = 1
+
+    @property
+    def open_windows(self) -> int:
+        return len(self._windows)
+
+    def open(self, table: TableId, lw: GtidSet) -> int:
+        """A window from ``lw`` on; its id names it in :meth:`rows_read` and the outputs."""
+        if not self.processed <= lw:
+            raise ValueError(
+                f"the low watermark {lw} misses transactions the stream processed ({self.processed - lw}): "
+                "read it and open the window before the stream goes on"
+            )
+        window = _Window(self._next_id, table, lw, seen=lw - lw)  # an empty set of lw's flavour
+        self._windows[window.id] = window
+        self._next_id += 1
+        return window.id
+
+    def rows_read(self, window_id: int, rows: Iterable[tuple[Key, Row]], hw: GtidSet) -> tuple[Output, ...]:
+        """The reader's rows and ``hw`` (executed after the SELECT, minus ``lw``). Closes the window at
+        once when the stream has already passed ``hw``."""
+        window = self._windows.get(window_id)
+        if window is None:
+            return ()  # discarded meanwhile: the rows are stale
+        window.rows, window.hw = dict(rows), hw
+        assert window.seen is not None
+        if window.lw | hw <= self.processed or window.seen - hw:  # caught up, or a commit past hw seen
+            return self._close(window)
+        return ()
+
+    def abandon(self, window_id: int) -> None:
+        """Forget a window (its snapshot was stopped); nothing of it goes out."""
+        self._windows.pop(window_id, None)
+
+    def feed(self, event: BinlogEvent) -> tuple[Output, ...]:
+        """The outputs for one event, in order: the event itself, with the chunks where they belong."""
+        if not self._windows:
+            if isinstance(event, TxCommit):
+                self.processed = self.processed.add(event.gtid)
+            return (event,)
+        if isinstance(event, Heartbeat):
+            return (*self._on_heartbeat(event), event)
+        before: list[Output] = []
+        after: list[Output] = []
+        if isinstance(event, SchemaChange):
+            for window in self._of_table(event.tables):
+                after.append(self._discard(window, event))
+        gtid = event.gtid
+        for window in list(self._windows.values()):
+            if gtid in window.lw:
+                continue
+            if window.hw is not None and gtid not in window.hw:
+                before.extend(self._close(window))  # the first event past hw
+                continue
+            if isinstance(event, RowChange) and event.table == window.table:
+                window.changed.update(event.touched_keys())
+            elif isinstance(event, TxCommit):
+                self._note_seen(window, gtid)
+        if isinstance(event, TxCommit):
+            self.processed = self.processed.add(gtid)
+            for window in list(self._windows.values()):
+                if window.hw is not None and window.lw | window.hw <= self.processed:
+                    after.extend(self._close(window))
+        return (*before, event, *after)
+
+    def _of_table(self, tables: Iterable[TableId]) -> list[_Window]:
+        wanted = set(tables)
+        return [w for w in self._windows.values() if w.table in wanted]
+
+    def _discard(self, window: _Window, event: SchemaChange) -> WindowDiscarded:
+        del self._windows[window.id]
+        reason = (
+            f"schema of {window.table} changed before the window closed ({event.gtid}): {event.statement}"
+        )
+        return WindowDiscarded(window.id, window.table, reason)
+
+    def _note_seen(self, window: _Window, gtid: Gtid) -> None:
+        assert window.seen is not None
+        window.seen = window.seen.add(gtid)
+        _note_max(window, gtid)
+
+    def _on_heartbeat(self, event: Heartbeat) -> list[Output]:
+        closed: list[Output] = []
+        for window in list(self._windows.values()):
+            if event.last_gtid is not None and event.last_gtid not in window.lw:
+                _note_max(window, event.last_gtid)
+            if window.hw is None or not window.lw <= self.processed:
+                continue
+            hw_max: Mapping[object, int] = window.hw.max_per_source()
+            if all(window.seen_max.get(src, 0) >= top for src, top in hw_max.items()):
+                closed.extend(self._close(window))
+        return closed
+
+    def _close(self, window: _Window) -> tuple[Output, ...]:
+        del self._windows[window.id]
+        assert window.rows is not None
+        rows = tuple((k, r) for k, r in window.rows.items() if k not in window.changed)
+        return (WindowEmitted(window.id, window.table, rows),)
+
+
+def _note_max(window: _Window, gtid: Gtid) -> None:
+    if gtid.number > window.seen_max.get(gtid.source, 0):
+        window.seen_max[gtid.source] = gtid.number

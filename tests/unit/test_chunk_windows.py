@@ -1,0 +1,274 @@
+"""Several chunk windows in flight over a stream that never pauses (chunk_windows), in a random world:
+a writer commits row changes and DDL, the stream lags behind, readers take their own watermarks and
+deliver rows late and out of order. Whatever the interleaving: nothing is lost, nothing rewinds at
+any transaction boundary, and each row change goes out exactly once."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gtidsnap.chunk_windows import ChunkWindows, Output, WindowDiscarded, WindowEmitted
+from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
+from gtidsnap.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
+
+T = TableId("shop", "orders")
+OTHER = TableId("shop", "other")
+U = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+KEYS = 40
+START = 10  # transactions 1-10 happened before the stream starts
+
+
+def gtid_set(upto: int) -> GtidSet:
+    return MysqlGtidSet.parse(f"{U}:1-{upto}")
+
+
+@dataclass
+class Reader:
+    """One chunk reader: its window, its key range (lo, hi], and how far it got."""
+
+    window: int
+    lo: int
+    hi: int
+    lw_count: int
+    rows: dict[int, int] | None = None  # what its SELECT saw
+    hw: GtidSet | None = None
+
+
+class World:
+    def __init__(self, rnd: random.Random, readers: int) -> None:
+        self.rnd = rnd
+        self.table = {k: 0 for k in range(0, KEYS, 2)}
+        self.states = [dict(self.table)]  # the table after each transaction past START
+        self.events: list[BinlogEvent] = []  # the binlog past START, in commit order
+        self.txs = 0
+        self.position = 0  # events the stream has fed
+        self.in_tx = False
+        self.windows = ChunkWindows(gtid_set(START))
+        bounds = sorted(rnd.sample(range(1, KEYS - 1), readers - 1))
+        self.pending = list(zip([-1, *bounds], [*bounds, KEYS], strict=True))  # ranges still to read
+        self.readers: dict[int, Reader] = {}
+        self.covered: list[tuple[int, int]] = []  # ranges whose chunk went out
+        self.mirror: dict[int, int] = {}
+        self.changes_in = 0
+        self.changes_out = 0
+        self.waiting: dict[int, tuple[int, int]] = {}  # delivered windows waiting for the stream
+
+    # ----------------------------------------------------------------- the source
+    def commit(self) -> None:
+        self.txs += 1
+        gtid = MysqlGtid(U, "", START + self.txs)
+        events: list[BinlogEvent] = [TxBegin(gtid)]
+        if self.rnd.random() < 0.04:
+            events.append(SchemaChange(gtid, frozenset({self.rnd.choice([T, OTHER])}), "ALTER TABLE ..."))
+        else:
+            for _ in range(self.rnd.randint(1, 3)):
+                events.append(self._row_change(gtid))
+        events.append(TxCommit(gtid))
+        self.events.extend(events)
+        self.states.append(dict(self.table))
+
+    def _row_change(self, gtid: MysqlGtid) -> RowChange:
+        key = self.rnd.randrange(KEYS)
+        value = self.rnd.randrange(1_000_000)
+        if self.rnd.random() < 0.1:
+            return RowChange(gtid, OTHER, "c", (key,), None, {"v": value})  # not the snapshotted table
+        if key not in self.table:
+            self.table[key] = value
+            self.changes_in += 1
+            return RowChange(gtid, T, "c", (key,), None, {"id": key, "v": value})
+        old = {"id": key, "v": self.table[key]}
+        roll = self.rnd.random()
+        self.changes_in += 1
+        if roll < 0.25:
+            del self.table[key]
+            return RowChange(gtid, T, "d", (key,), old, None)
+        free = [k for k in range(KEYS) if k not in self.table]
+        if roll < 0.4 and free:  # the primary key itself changes
+            new = self.rnd.choice(free)
+            del self.table[key]
+            self.table[new] = value
+            return RowChange(gtid, T, "u", (new,), old, {"id": new, "v": value}, old_key=(key,))
+        self.table[key] = value
+        return RowChange(gtid, T, "u", (key,), old, {"id": key, "v": value})
+
+    def executed(self) -> GtidSet:
+        return gtid_set(START + self.txs)
+
+    # ----------------------------------------------------------------- the engine and its readers
+    def open_window(self) -> None:
+        lo, hi = self.pending.pop(self.rnd.randrange(len(self.pending)))
+        window = self.windows.open(T, self.executed())
+        self.readers[window] = Reader(window, lo, hi, self.txs)
+
+    def select(self, reader: Reader) -> None:
+        reader.rows = {k: v for k, v in self.table.items() if reader.lo < k <= reader.hi}
+
+    def read_hw(self, reader: Reader) -> None:
+        reader.hw = self.executed() - gtid_set(START + reader.lw_count)
+
+    def deliver(self, reader: Reader) -> None:
+        assert reader.rows is not None and reader.hw is not None
+        del self.readers[reader.window]
+        rows = [((k,), {"id": k, "v": v}) for k, v in reader.rows.items()]
+        self.apply(self.windows.rows_read(reader.window, rows, reader.hw), reader)
+
+    def stream(self) -> None:
+        event = self.events[self.position]
+        self.position += 1
+        if isinstance(event, TxBegin):
+            self.in_tx = True
+        elif isinstance(event, TxCommit):
+            self.in_tx = False
+        self.apply(self.windows.feed(event))
+
+    def heartbeat(self) -> None:
+        last = MysqlGtid(U, "", START + self.txs) if self.txs else None
+        self.apply(self.windows.feed(Heartbeat(last)))
+
+    # ----------------------------------------------------------------- the output
+    def apply(self, outputs: tuple[Output, ...], delivered: Reader | None = None) -> None:
+        for out in outputs:
+            if isinstance(out, RowChange) and out.table == T:
+                self.changes_out += 1
+                if out.old_key is not None:
+                    self.mirror.pop(out.old_key[0], None)
+                if out.after is None:
+                    self.mirror.pop(out.key[0], None)
+                else:
+                    self.mirror[out.key[0]] = out.after["v"]
+            elif isinstance(out, WindowEmitted):
+                reader = delivered if delivered is not None and delivered.window == out.window else None
+                bounds = (reader.lo, reader.hi) if reader else self.waiting.pop(out.window)
+                for key, row in out.rows:
+                    assert bounds[0] < key[0] <= bounds[1]
+                    self.mirror[key[0]] = row["v"]
+                self.covered.append(bounds)
+            elif isinstance(out, WindowDiscarded):
+                bounds = self.waiting.pop(out.window, None)
+                stale = self.readers.pop(out.window, None)
+                if stale is not None:
+                    bounds = (stale.lo, stale.hi)
+                assert bounds is not None
+                self.pending.append(bounds)
+        if delivered is not None and not any(
+            isinstance(o, WindowEmitted | WindowDiscarded) and o.window == delivered.window for o in outputs
+        ):
+            self.waiting[delivered.window] = (delivered.lo, delivered.hi)  # it waits for the stream
+        if not self.in_tx:
+            self.check_no_rewind()
+
+    def processed_state(self) -> dict[int, int]:
+        done = sum(1 for e in self.events[: self.position] if isinstance(e, TxCommit))
+        return self.states[done]
+
+    def check_no_rewind(self) -> None:
+        """At a transaction boundary every key of an emitted range is exactly as of what was processed."""
+        truth = self.processed_state()
+        for lo, hi in self.covered:
+            for key in range(lo + 1, hi + 1):
+                assert self.mirror.get(key) == truth.get(key), (key, lo, hi)
+
+
+def run(world: World, writes: int) -> None:
+    rnd = world.rnd
+    while True:
+        moves = []
+        if world.txs < writes:
+            moves += ["commit"] * 3
+        if world.position < len(world.events):
+            moves += ["stream"] * 4
+        if world.pending:
+            moves.append("open")
+        for reader in list(world.readers.values()):
+            if reader.rows is None:
+                moves.append(("select", reader))
+            elif reader.hw is None:
+                moves.append(("hw", reader))
+            else:
+                moves.append(("deliver", reader))
+        if world.windows.open_windows and world.position == len(world.events):
+            moves.append("heartbeat")
+        if not moves:
+            return
+        move = rnd.choice(moves)
+        if move == "commit":
+            world.commit()
+        elif move == "stream":
+            world.stream()
+        elif move == "open":
+            world.open_window()
+        elif move == "heartbeat":
+            world.heartbeat()
+        elif isinstance(move, tuple):
+            kind, reader = move
+            {"select": world.select, "hw": world.read_hw, "deliver": world.deliver}[kind](reader)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.integers(0, 60))
+def test_any_interleaving_loses_nothing_rewinds_nothing_and_emits_each_change_once(
+    seed: int, readers: int, writes: int
+) -> None:
+    world = World(random.Random(seed), readers)
+    run(world, writes)
+    assert not world.pending and not world.readers and world.windows.open_windows == 0
+    assert world.position == len(world.events)
+    assert world.mirror == world.table, "the mirror is the table"
+    assert world.changes_out == world.changes_in, "each change once"
+    covered = sorted(world.covered)
+    assert covered[0][0] == -1 and covered[-1][1] == KEYS
+    assert all(a[1] == b[0] for a, b in pairwise(covered)), "each range once"
+
+
+def test_a_window_must_open_before_the_stream_passes_its_low_watermark() -> None:
+    windows = ChunkWindows(gtid_set(12))
+    with pytest.raises(ValueError, match="misses transactions the stream processed"):
+        windows.open(T, gtid_set(11))
+
+
+def test_rows_of_a_chunk_changed_after_its_low_watermark_are_dropped_even_past_hw() -> None:
+    windows = ChunkWindows(gtid_set(10))
+    w = windows.open(T, gtid_set(10))
+    g11, g12 = MysqlGtid(U, "", 11), MysqlGtid(U, "", 12)
+    fed = [
+        *windows.feed(TxBegin(g11)),
+        *windows.feed(RowChange(g11, T, "u", (1,), {"v": 0}, {"v": 1})),
+        *windows.feed(TxCommit(g11)),
+    ]
+    assert not any(isinstance(o, WindowEmitted) for o in fed), "rows not read yet: nothing to emit"
+    # The SELECT ran before g11 (hw empty) and saw key 1 at 0: the stream already emitted its newer image.
+    out = windows.rows_read(w, [((1,), {"v": 0}), ((2,), {"v": 0})], gtid_set(10) - gtid_set(10))
+    assert out == (WindowEmitted(w, T, (((2,), {"v": 0}),)),)
+    assert windows.open_windows == 0
+    assert windows.feed(TxBegin(g12)) == (TxBegin(g12),)
+
+
+def test_a_window_waits_for_hw_then_closes_on_the_completing_commit_or_the_first_event_past_it() -> None:
+    windows = ChunkWindows(gtid_set(10))
+    a, b = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
+    assert windows.rows_read(a, [((5,), {"v": 0})], gtid_set(11) - gtid_set(10)) == ()
+    assert windows.rows_read(b, [((6,), {"v": 0})], gtid_set(12) - gtid_set(10)) == ()
+    g11, g13 = MysqlGtid(U, "", 11), MysqlGtid(U, "", 13)
+    assert windows.feed(TxBegin(g11)) == (TxBegin(g11),)
+    assert windows.feed(TxCommit(g11)) == (TxCommit(g11), WindowEmitted(a, T, (((5,), {"v": 0}),)))
+    # g12 never reaches the binlog (hw member filtered out); g13 was committed after hw was read.
+    assert windows.feed(TxBegin(g13)) == (WindowEmitted(b, T, (((6,), {"v": 0}),)), TxBegin(g13))
+
+
+def test_a_ddl_discards_the_windows_of_its_table_and_late_rows_are_ignored() -> None:
+    windows = ChunkWindows(gtid_set(10))
+    t_window, other = windows.open(T, gtid_set(10)), windows.open(OTHER, gtid_set(10))
+    g11 = MysqlGtid(U, "", 11)
+    out = windows.feed(SchemaChange(g11, frozenset({T}), "ALTER TABLE orders ADD c INT"))
+    assert [type(o).__name__ for o in out] == ["SchemaChange", "WindowDiscarded"]
+    assert isinstance(out[1], WindowDiscarded) and out[1].window == t_window
+    assert windows.rows_read(t_window, [((1,), {"v": 0})], gtid_set(11) - gtid_set(10)) == ()
+    assert windows.open_windows == 1
+    windows.abandon(other)
+    assert windows.open_windows == 0
