@@ -52,12 +52,11 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 
 from gtidsnap.binlog_library import (
-    ONLY_EVENTS,
     EmptyMysqlPosition,
     GuardedConnect,
     LibraryReconnect,
 )
-from gtidsnap.binlog_translator import EventTranslator, SchemaOf
+from gtidsnap.binlog_translator import EVENTS_READ, EventTranslator, SchemaOf
 from gtidsnap.connection import ConnectionSettings
 from gtidsnap.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.gtid import GtidSet, MariadbGtidSet
@@ -210,7 +209,7 @@ class BinlogStream:
             is_mariadb=self._flavor == "mariadb",
             blocking=True,  # MariaDB drops the end of a large binlog with blocking=False
             slave_heartbeat=self._heartbeat_s,
-            only_events=ONLY_EVENTS,
+            only_events=EVENTS_READ,
             filter_non_implemented_events=False,
             enable_logging=False,  # it logs every parameter at INFO; also faster
             pymysql_wrapper=self._guard,

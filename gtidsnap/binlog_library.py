@@ -1,6 +1,6 @@
 """What python-mysql-replication 1.0.17 needs from gtidsnap to be used safely, kept apart from the
-binlog adapter (:mod:`gtidsnap.binlog`): the events to ask it for, the event types it cannot decode
-(which must stop the stream, not be skipped), a guard against its silent redial from the start
+binlog adapter (:mod:`gtidsnap.binlog`): the event types it cannot decode (which must stop the
+stream, not be skipped), a guard against its silent redial from the start
 position, and the empty GTID set it accepts as "from the beginning"."""
 
 from __future__ import annotations
@@ -8,35 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import pymysql
-from pymysqlreplication.event import (
-    GtidEvent,
-    HeartbeatLogEvent,
-    MariadbGtidEvent,
-    NotImplementedEvent,
-    QueryEvent,
-    XAPrepareEvent,
-    XidEvent,
-)
-from pymysqlreplication.row_event import (
-    DeleteRowsEvent,
-    PartialUpdateRowsEvent,
-    UpdateRowsEvent,
-    WriteRowsEvent,
-)
-
-ONLY_EVENTS = [
-    GtidEvent,
-    MariadbGtidEvent,
-    QueryEvent,
-    XidEvent,
-    XAPrepareEvent,
-    WriteRowsEvent,
-    UpdateRowsEvent,
-    PartialUpdateRowsEvent,
-    DeleteRowsEvent,
-    HeartbeatLogEvent,
-    NotImplementedEvent,  # only to fail on the undecodable types below instead of skipping them
-]
 
 # Event types 1.0.17 cannot decode and that must not be skipped silently (they hold rows or GTIDs).
 UNSUPPORTED_EVENT_TYPES = {

@@ -73,6 +73,21 @@ from gtidsnap.model import (
 from gtidsnap.schema import TableSchema
 from gtidsnap.statements import classify_statement, ddl_tables, dml_tables, redact_statement
 
+# The library's event classes this reads, all it asks the library to decode (``only_events``).
+EVENTS_READ = [
+    GtidEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    XidEvent,
+    XAPrepareEvent,
+    WriteRowsEvent,
+    UpdateRowsEvent,
+    PartialUpdateRowsEvent,
+    DeleteRowsEvent,
+    HeartbeatLogEvent,
+    NotImplementedEvent,  # only to fail on UNSUPPORTED_EVENT_TYPES instead of skipping them
+]
+
 SchemaOf = Callable[[TableId], TableSchema | None]
 Out = MutableSequence[BinlogEvent]
 

@@ -68,8 +68,8 @@ class _Window:
     id: int
     table: TableId
     lw: GtidSet
+    seen: GtidSet  # commits past lw the stream processed
     changed: set[Key] = field(default_factory=set)  # keys touched past lw
-    seen: GtidSet | None = None  # commits past lw the stream processed
     seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
     rows: dict[Key, Row] | None = None  # None until the reader's rows arrive
     hw: GtidSet | None = None
@@ -94,7 +94,7 @@ class ChunkWindows:
                 f"the low watermark {lw} misses transactions the stream processed ({self.processed - lw}): "
                 "read it and open the window before the stream goes on"
             )
-        window = _Window(self._next_id, table, lw, seen=lw - lw)  # an empty set of lw's flavour
+        window = _Window(self._next_id, table, lw, lw - lw)  # seen: an empty set of lw's flavour
         self._windows[window.id] = window
         self._next_id += 1
         return window.id
@@ -106,7 +106,6 @@ class ChunkWindows:
         if window is None:
             return ()  # discarded meanwhile: the rows are stale
         window.rows, window.hw = dict(rows), hw
-        assert window.seen is not None
         if window.lw | hw <= self.processed or window.seen - hw:  # caught up, or a commit past hw seen
             return self._close(window)
         return ()
@@ -158,7 +157,6 @@ class ChunkWindows:
         return WindowDiscarded(window.id, window.table, reason)
 
     def _note_seen(self, window: _Window, gtid: Gtid) -> None:
-        assert window.seen is not None
         window.seen = window.seen.add(gtid)
         _note_max(window, gtid)
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gtidsnap.checkpoint import Checkpoint, resume_problem
-from gtidsnap.chunk_taker import ChunkTaken, ChunkTaker, ShapeChanged, SnapshotDone, SnapshotFailed
+from gtidsnap.chunk_taker import ChunkTaker, ShapeChanged, SnapshotDone, SnapshotFailed
 from gtidsnap.commands import (
     Command,
     PauseSnapshots,
@@ -296,13 +296,15 @@ class Engine:
         if isinstance(outcome, ShapeChanged):
             self.context = self.context.update(outcome.progress)
             return
-        if not isinstance(outcome, SnapshotDone) or outcome.selected:
-            self._last_chunk_at = time.monotonic()  # the next chunk waits chunk_delay_s after a SELECT
+        if isinstance(outcome, SnapshotDone) and not outcome.selected:
+            self.context = self._finish(outcome.progress)  # an empty table: no SELECT to space out
+            return
+        self._last_chunk_at = time.monotonic()  # the next chunk waits chunk_delay_s after a SELECT
         if isinstance(outcome, SnapshotFailed):
             self.context = self._finish(outcome.progress.failed(stored_reason(str(outcome.error))))
         elif isinstance(outcome, SnapshotDone):
             self.context = self._finish(outcome.progress)
-        elif isinstance(outcome, ChunkTaken):
+        else:
             chunk, size = outcome.chunk, self.settings.chunk_size
             self.context = self.context.update(outcome.progress)
             self._chunk = InFlightChunk(outcome.progress, chunk.last_raw_key, chunk.count, size)

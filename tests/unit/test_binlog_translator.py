@@ -27,7 +27,7 @@ from gtidsnap.gtid import GtidSet, MariadbGtid, MariadbGtidSet, MysqlGtid, Mysql
 from gtidsnap.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 from gtidsnap.schema import Column, TableSchema
 
-WHERE = "reader@replica:3306"
+WHERE = "reader@127.0.0.1:3306"
 ITEMS = TableId("shop", "items")
 SCHEMA = TableSchema(
     ITEMS,
