@@ -25,8 +25,13 @@ while the SELECT saw every transaction of ``lw``: it is the row as of that point
 nothing is lost (a row never changed since ``lw`` is in the chunk; one changed since is in the
 stream), and each change goes out once, whatever the number of windows.
 
-A DDL on a window's table that the stream delivers before the window closes discards that window (its
-rows may have the old shape); the engine reads the range again with fresh watermarks.
+Windows go out in the order they were opened: one that is ready (its rows known, the stream past its
+``hw``) waits for every earlier window, and keeps recording the keys changed meanwhile (removing more
+is safe, above). So a table's chunks reach the output in key order, and its progress is one "last key
+emitted" however many readers there are: a crash re-reads only chunks that never went out.
+
+A DDL on a window's table that the stream delivers before the window goes out discards that window
+(its rows may have the old shape); the engine reads the range again with fresh watermarks.
 
 Keys are recorded whole per table, not by range: the ranges are in the server's key order, which
 folded keys (collations) do not keep. Memory is the keys changed on a table while its windows are
@@ -73,10 +78,12 @@ class _Window:
     seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
     rows: dict[Key, Row] | None = None  # None until the reader's rows arrive
     hw: GtidSet | None = None
+    ready: bool = False  # rows known and the stream past hw: it goes out once every earlier window has
 
 
 class ChunkWindows:
-    """The windows in flight; feed every binlog event in order and emit what comes back, in order."""
+    """The windows in flight; feed every binlog event in order and emit what comes back, in order.
+    Windows go out in the order they were opened (see the module docstring)."""
 
     def __init__(self, processed: GtidSet) -> None:
         self.processed = processed  # what the stream has fully processed
@@ -100,19 +107,21 @@ class ChunkWindows:
         return window.id
 
     def rows_read(self, window_id: int, rows: Iterable[tuple[Key, Row]], hw: GtidSet) -> tuple[Output, ...]:
-        """The reader's rows and ``hw`` (executed after the SELECT, minus ``lw``). Closes the window at
-        once when the stream has already passed ``hw``."""
+        """The reader's rows and ``hw`` (executed after the SELECT, minus ``lw``). The window is ready at
+        once when the stream has already passed ``hw``, and goes out when every earlier one has."""
         window = self._windows.get(window_id)
         if window is None:
             return ()  # discarded meanwhile: the rows are stale
         window.rows, window.hw = dict(rows), hw
         if window.lw | hw <= self.processed or window.seen - hw:  # caught up, or a commit past hw seen
-            return self._close(window)
-        return ()
+            window.ready = True
+        return self._release()
 
-    def abandon(self, window_id: int) -> None:
-        """Forget a window (its snapshot was stopped); nothing of it goes out."""
+    def abandon(self, window_id: int) -> tuple[Output, ...]:
+        """Forget a window (its snapshot was stopped or its read failed); nothing of it goes out. The
+        windows that waited for it and are ready go out now."""
         self._windows.pop(window_id, None)
+        return self._release()
 
     def feed(self, event: BinlogEvent) -> tuple[Output, ...]:
         """The outputs for one event, in order: the event itself, with the chunks where they belong."""
@@ -121,18 +130,19 @@ class ChunkWindows:
                 self.processed = self.processed.add(event.gtid)
             return (event,)
         if isinstance(event, Heartbeat):
-            return (*self._on_heartbeat(event), event)
-        before: list[Output] = []
+            self._on_heartbeat(event)
+            return (*self._release(), event)
+        gtid = event.gtid
+        for window in self._windows.values():
+            if not window.ready and window.hw is not None and gtid not in window.lw and gtid not in window.hw:
+                window.ready = True  # the first event past hw
+        before = self._release()
         after: list[Output] = []
         if isinstance(event, SchemaChange):
             for window in self._of_table(event.tables):
                 after.append(self._discard(window, event))
-        gtid = event.gtid
-        for window in list(self._windows.values()):
+        for window in self._windows.values():  # waiting ones too: they go out after this event
             if gtid in window.lw:
-                continue
-            if window.hw is not None and gtid not in window.hw:
-                before.extend(self._close(window))  # the first event past hw
                 continue
             if isinstance(event, RowChange) and event.table == window.table:
                 window.changed.update(event.touched_keys())
@@ -140,9 +150,10 @@ class ChunkWindows:
                 self._note_seen(window, gtid)
         if isinstance(event, TxCommit):
             self.processed = self.processed.add(gtid)
-            for window in list(self._windows.values()):
+            for window in self._windows.values():
                 if window.hw is not None and window.lw | window.hw <= self.processed:
-                    after.extend(self._close(window))
+                    window.ready = True
+        after.extend(self._release())
         return (*before, event, *after)
 
     def _of_table(self, tables: Iterable[TableId]) -> list[_Window]:
@@ -160,17 +171,24 @@ class ChunkWindows:
         window.seen = window.seen.add(gtid)
         _note_max(window, gtid)
 
-    def _on_heartbeat(self, event: Heartbeat) -> list[Output]:
-        closed: list[Output] = []
-        for window in list(self._windows.values()):
+    def _on_heartbeat(self, event: Heartbeat) -> None:
+        for window in self._windows.values():
             if event.last_gtid is not None and event.last_gtid not in window.lw:
                 _note_max(window, event.last_gtid)
-            if window.hw is None or not window.lw <= self.processed:
+            if window.ready or window.hw is None or not window.lw <= self.processed:
                 continue
             hw_max: Mapping[object, int] = window.hw.max_per_source()
             if all(window.seen_max.get(src, 0) >= top for src, top in hw_max.items()):
-                closed.extend(self._close(window))
-        return closed
+                window.ready = True
+
+    def _release(self) -> tuple[Output, ...]:
+        """The ready windows at the head of the open order go out, in that order."""
+        out: list[Output] = []
+        for window in list(self._windows.values()):
+            if not window.ready:
+                break
+            out.extend(self._close(window))
+        return tuple(out)
 
     def _close(self, window: _Window) -> tuple[Output, ...]:
         del self._windows[window.id]

@@ -58,6 +58,7 @@ class World:
         self.changes_in = 0
         self.changes_out = 0
         self.waiting: dict[int, tuple[int, int]] = {}  # delivered windows waiting for the stream
+        self.last_emitted = 0  # windows go out in the order they were opened
 
     # ----------------------------------------------------------------- the source
     def commit(self) -> None:
@@ -143,6 +144,8 @@ class World:
                 else:
                     self.mirror[out.key[0]] = out.after["v"]
             elif isinstance(out, WindowEmitted):
+                assert out.window > self.last_emitted, "windows go out in the order they were opened"
+                self.last_emitted = out.window
                 reader = delivered if delivered is not None and delivered.window == out.window else None
                 bounds = (reader.lo, reader.hi) if reader else self.waiting.pop(out.window)
                 for key, row in out.rows:
@@ -270,5 +273,29 @@ def test_a_ddl_discards_the_windows_of_its_table_and_late_rows_are_ignored() -> 
     assert isinstance(out[1], WindowDiscarded) and out[1].window == t_window
     assert windows.rows_read(t_window, [((1,), {"v": 0})], gtid_set(11) - gtid_set(10)) == ()
     assert windows.open_windows == 1
-    windows.abandon(other)
+    assert windows.abandon(other) == ()
     assert windows.open_windows == 0
+
+
+def test_a_ready_window_waits_for_the_earlier_ones_and_keeps_removing_changed_keys() -> None:
+    windows = ChunkWindows(gtid_set(10))
+    first, second = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
+    empty = gtid_set(10) - gtid_set(10)
+    assert windows.rows_read(second, [((6,), {"v": 0}), ((7,), {"v": 0})], empty) == ()
+    g11 = MysqlGtid(U, "", 11)
+    out = windows.feed(TxBegin(g11))
+    assert out == (TxBegin(g11),), "the second is ready but the first has not gone out"
+    windows.feed(RowChange(g11, T, "u", (7,), {"v": 0}, {"v": 1}))
+    windows.feed(TxCommit(g11))
+    out = windows.rows_read(first, [((1,), {"v": 0})], empty)
+    assert out == (
+        WindowEmitted(first, T, (((1,), {"v": 0}),)),
+        WindowEmitted(second, T, (((6,), {"v": 0}),)),
+    )
+
+
+def test_abandoning_the_first_window_lets_the_ready_ones_behind_it_go_out() -> None:
+    windows = ChunkWindows(gtid_set(10))
+    first, second = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
+    assert windows.rows_read(second, [((6,), {"v": 0})], gtid_set(10) - gtid_set(10)) == ()
+    assert windows.abandon(first) == (WindowEmitted(second, T, (((6,), {"v": 0}),)),)
