@@ -1,0 +1,138 @@
+"""A binlog stream read on its own thread, so the engine's loop can wait on it with a timeout.
+
+Why: the engine's loop waits on several things at once, the readers' chunk results and the binlog
+stream. :meth:`gtidsnap.binlog.BinlogStream.next` blocks for up to ``heartbeat_s`` when the binlog is
+idle; called from the loop, it would hold a finished chunk's rows back for up to a heartbeat. The
+pump calls ``next`` on a thread of its own and hands the events over through a queue, which the
+loop polls with any timeout it likes (0: just look).
+
+Order is kept: one thread reads the stream and puts every event into one FIFO queue, the loop takes
+them out in that order. ``None`` from the stream (nothing within a heartbeat) is not queued.
+
+Memory stays bounded: the pump reads ahead at most ``max_events`` events; when the queue is full its
+thread waits (checking every 0.1 s whether it was closed) and asks the stream for nothing more.
+
+A failure of the stream ends the thread; :meth:`StreamPump.next` hands out every event read before
+it, in order, then raises that same exception object, on that call and every later one.
+
+Exact resume is unaffected: the engine's checkpoint names only what the engine itself processed
+(the transactions it took out of the pump and handled), never what the pump read ahead. Events
+still queued when the run stops are simply read again from the binlog on the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+from gtidsnap.model import BinlogEvent
+from gtidsnap.ports import StreamPort
+
+log = logging.getLogger(__name__)
+
+PUT_POLL_S = 0.1
+"""How often a pump thread blocked on a full queue looks whether it was closed."""
+
+JOIN_TIMEOUT_S = 5.0
+"""How long :meth:`StreamPump.close` waits for the thread (a stream's ``next`` blocks ~1 heartbeat)."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Queued after the last event when the stream raised."""
+
+    error: BaseException
+
+
+class StreamPump:
+    """Reads ``stream`` on a daemon thread, at most ``max_events`` ahead; see the module doc.
+
+    One consumer thread calls :meth:`next`; :meth:`close` may come from that thread or any other.
+    """
+
+    def __init__(self, stream: StreamPort, max_events: int = 10_000) -> None:
+        if max_events < 1:
+            raise ValueError(f"max_events must be at least 1, not {max_events}")
+        self._stream = stream
+        self._queue: queue.Queue[BinlogEvent | _Failure] = queue.Queue(maxsize=max_events)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    def start(self) -> StreamPump:
+        """Start the reading thread; returns the pump itself."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the stream pump is closed")
+            if self._thread is not None:
+                raise RuntimeError("the stream pump is already started")
+            self._thread = threading.Thread(target=self._run, name="gtidsnap-stream-pump", daemon=True)
+            self._thread.start()
+        return self
+
+    @property
+    def pending(self) -> int:
+        """Events read ahead and not yet taken (approximate; a queued failure counts as one)."""
+        return self._queue.qsize()
+
+    def next(self, timeout_s: float) -> BinlogEvent | None:
+        """The next event in stream order; None if none came within ``timeout_s`` (0: don't wait).
+
+        Raises the stream's exception once every event read before it was handed out, and again on
+        every later call.
+        """
+        if self._failure is not None:
+            raise self._failure
+        if self._thread is None:
+            raise RuntimeError("the stream pump is not started")
+        if self._closed:
+            raise RuntimeError("the stream pump is closed")
+        try:
+            item = self._queue.get(timeout=timeout_s) if timeout_s > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        if isinstance(item, _Failure):
+            self._failure = item.error
+            raise item.error
+        return item
+
+    def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Stop the thread (waiting at most ``timeout_s``), then close the stream. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                log.warning(
+                    "the binlog stream's pump thread did not stop within %.1f s; closing the stream anyway",
+                    timeout_s,
+                )
+        self._stream.close()
+
+    def _run(self) -> None:
+        """The thread: read until closed or the stream fails."""
+        try:
+            while not self._stop.is_set():
+                event = self._stream.next()
+                if event is not None and not self._put(event):
+                    return
+        except BaseException as exc:  # handed to the consumer, whatever it is
+            self._put(_Failure(exc))
+
+    def _put(self, item: BinlogEvent | _Failure) -> bool:
+        """Queue ``item``, waiting while the queue is full; False if the pump was closed first."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=PUT_POLL_S)
+            except queue.Full:
+                continue
+            return True
+        return False
