@@ -205,6 +205,10 @@ def run(
     port: PortOpt = None,
     user: UserOpt = None,
     chunk_size: Annotated[int | None, typer.Option(help="Rows per chunk (snapshot.chunk_size).")] = None,
+    readers: Annotated[
+        int | None,
+        typer.Option(help="Chunk reader processes; 0 reads on the engine's thread (snapshot.readers)."),
+    ] = None,
     sink_path: Annotated[str | None, typer.Option(help="Output path (sink.path).")] = None,
     checkpoint: CheckpointOpt = None,
     signals_bootstrap: Annotated[
@@ -226,6 +230,7 @@ def run(
             "source.port": port,
             "source.user": user,
             "snapshot.chunk_size": chunk_size,
+            "snapshot.readers": readers,
             "sink.path": sink_path,
             "checkpoint.path": str(checkpoint) if checkpoint else None,
             "signals.bootstrap": signals_bootstrap,

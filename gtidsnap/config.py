@@ -19,6 +19,7 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     [snapshot]
     chunk_size = 1024
     chunk_delay_ms = 0
+    readers = 1                       # chunk reader processes; default cores - 1, 0 = on the engine's thread
 
     [binlog]
     heartbeat_s = 1.0
@@ -99,10 +100,12 @@ __all__ = [  # the settings' models are defined in gtidsnap.settings; code reads
 
 @dataclass(frozen=True)
 class SnapshotSettings:
-    """The ``[snapshot]`` section in the engine's units (the delay in seconds); defaults from the model."""
+    """The ``[snapshot]`` section in the engine's units (the delay in seconds); defaults from the model
+    (``readers``: this machine's cores - 1, counted once at import)."""
 
     chunk_size: int = DEFAULT_SETTINGS.snapshot.chunk_size
     chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000
+    readers: int = DEFAULT_SETTINGS.snapshot.readers
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,9 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         tables=tuple(dict.fromkeys(table_id_of(t) for t in capture.tables)),
         surrogate_keys={table_id_of(t): tuple(cols) for t, cols in capture.surrogate_keys.items()},
         snapshot=SnapshotSettings(
-            chunk_size=settings.snapshot.chunk_size, chunk_delay_s=settings.snapshot.chunk_delay_ms / 1000
+            chunk_size=settings.snapshot.chunk_size,
+            chunk_delay_s=settings.snapshot.chunk_delay_ms / 1000,
+            readers=settings.snapshot.readers,
         ),
         heartbeat_s=settings.binlog.heartbeat_s,
         server_id=settings.binlog.server_id,

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import typer
+from typer.testing import CliRunner
 
-from gtidsnap import cli
+from gtidsnap import cli, replica, runner
+from gtidsnap.config import Config
 from gtidsnap.errors import ConfigError, FatalSourceError, GtidsnapError, QueryError, SinkError, SourceError
+from gtidsnap.run_stats import RunStats
 
 
 def boom(args: list[str]) -> None:
@@ -54,3 +59,40 @@ def test_an_error_says_whether_the_same_command_again_may_pass(
     err = capsys.readouterr().err
     assert stopped.value.exit_code == 1 and err.startswith(f"error: {error}\n")
     assert (cli.RETRY_HINT in err) is hinted and err.count("error:") == 1
+
+
+class _NoReplica:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def __enter__(self) -> _NoReplica:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("args", "readers"), [(["--readers", "3"], 3), (["--readers", "0"], 0)])
+def test_run_readers_flag_reaches_the_config(
+    args: list[str], readers: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    seen: list[Config] = []
+
+    def run_engine(cfg: Config, *rest: Any) -> RunStats:
+        seen.append(cfg)
+        return RunStats()
+
+    monkeypatch.setenv("GTIDSNAP_SNAPSHOT_READERS", "5")  # the flag wins over the environment
+    monkeypatch.setattr(replica, "Replica", _NoReplica)
+    monkeypatch.setattr(runner, "run_engine", run_engine)
+    monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
+    result = CliRunner().invoke(cli.app, ["run", "--checkpoint", str(tmp_path / "cp.json"), *args])
+    assert result.exit_code == 0, result.output
+    assert [c.snapshot.readers for c in seen] == [readers]
+
+
+def test_run_readers_flag_refuses_a_negative_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
+    result = CliRunner().invoke(cli.app, ["run", "--readers", "-1"])
+    assert result.exit_code == 1
+    assert "flag snapshot.readers must be from 0 to 64, got -1" in result.output

@@ -5,6 +5,7 @@ once, in the models; the password never shows."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from gtidsnap.config import (
 from gtidsnap.connection import ConnectionSettings, Secret, TlsMode
 from gtidsnap.errors import ConfigError
 from gtidsnap.model import TableId
+from gtidsnap.settings import default_readers
 
 PASSWORD = "hunter2-Sup3r-s3cret"
 
@@ -80,6 +82,11 @@ BAD_TOML = [
     ("[snapshot]\nchunk_size = 10.0\n", "snapshot.chunk_size", "10.0", "is not an integer"),
     ("[snapshot]\nchunk_delay_ms = -1\n", "snapshot.chunk_delay_ms", "-1", "0 or more"),
     ('[snapshot]\nchunk_delay_ms = "5"\n', "snapshot.chunk_delay_ms", "'5'", "is not a number"),
+    ("[snapshot]\nreaders = -1\n", "snapshot.readers", "-1", "from 0 to 64"),
+    ("[snapshot]\nreaders = 65\n", "snapshot.readers", "65", "from 0 to 64"),
+    ("[snapshot]\nreaders = 2.5\n", "snapshot.readers", "2.5", "is not an integer: write a whole number"),
+    ('[snapshot]\nreaders = "4"\n', "snapshot.readers", "'4'", "is not an integer: write it without quotes"),
+    ("[snapshot]\nreaders = true\n", "snapshot.readers", "True", "is not an integer"),
     ("[binlog]\nheartbeat_s = 0\n", "binlog.heartbeat_s", "got 0", "positive"),
     ("[binlog]\nheartbeat_s = true\n", "binlog.heartbeat_s", "True", "is not a number"),
     ("[binlog]\nheartbeat_s = inf\n", "binlog.heartbeat_s", "inf", "is not a finite number"),
@@ -244,6 +251,9 @@ def test_file_missing(tmp_path: Path) -> None:
         ),
         ({"GTIDSNAP_BINLOG_HEARTBEAT_S": "nan"}, ["GTIDSNAP_BINLOG_HEARTBEAT_S=nan", "finite number"]),
         ({"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "0"}, ["GTIDSNAP_SNAPSHOT_CHUNK_SIZE", "positive", "got 0"]),
+        ({"GTIDSNAP_SNAPSHOT_READERS": "-1"}, ["GTIDSNAP_SNAPSHOT_READERS", "from 0 to 64", "got -1"]),
+        ({"GTIDSNAP_SNAPSHOT_READERS": "two"}, ["GTIDSNAP_SNAPSHOT_READERS='two' is not a valid integer"]),
+        ({"GTIDSNAP_SNAPSHOT_READERS": "1.5"}, ["GTIDSNAP_SNAPSHOT_READERS='1.5' is not a valid integer"]),
         ({"GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S": "0"}, ["GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S", "more than 0"]),
         ({"GTIDSNAP_SINK_TYPE": "csv"}, ["GTIDSNAP_SINK_TYPE", "must be jsonl or delta", "'csv'"]),
         ({"GTIDSNAP_SOURCE_TLS": "required"}, ["GTIDSNAP_SOURCE_TLS='required'", "needs source.ca"]),
@@ -277,6 +287,8 @@ def test_bad_environment_value_is_named(env: dict[str, str], fragments: list[str
     [
         ({"snapshot.chunk_size": 0}, ["flag snapshot.chunk_size", "positive", "got 0"]),
         ({"snapshot.chunk_size": "10"}, ["flag snapshot.chunk_size = '10' is not an integer"]),
+        ({"snapshot.readers": -1}, ["flag snapshot.readers must be from 0 to 64, got -1"]),
+        ({"snapshot.readers": 2.0}, ["flag snapshot.readers = 2.0 is not an integer"]),
         ({"source.port": True}, ["flag source.port = True is not an integer"]),
         ({"sink.changelog": "false"}, ["flag sink.changelog = 'false' is not a boolean"]),
         ({"checkpoint.path": ""}, ["flag checkpoint.path", "must not be empty"]),
@@ -351,6 +363,38 @@ def test_surrogate_keys_and_tables(tmp_path: Path) -> None:
     assert cfg.surrogate_keys == {TableId("shop", "log"): ("ts", "host")}
 
 
+def test_readers_from_toml_environment_and_flag(tmp_path: Path) -> None:
+    path = write(tmp_path, "[snapshot]\nreaders = 3\n")
+    assert load_config(path, {}).snapshot.readers == 3
+    assert load_config(path, {"GTIDSNAP_SNAPSHOT_READERS": " 5 "}).snapshot.readers == 5
+    assert (
+        load_config(path, {"GTIDSNAP_SNAPSHOT_READERS": "5"}, {"snapshot.readers": 7}).snapshot.readers == 7
+    )
+    assert load_config(None, {"GTIDSNAP_SNAPSHOT_READERS": "64"}).snapshot.readers == 64
+
+
+def test_zero_readers_is_the_engine_thread(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "[snapshot]\nreaders = 0\n"), {}).snapshot.readers == 0
+    assert load_config(None, {"GTIDSNAP_SNAPSHOT_READERS": "0"}).snapshot.readers == 0
+    assert load_config(None, {}, {"snapshot.readers": 0}).snapshot.readers == 0
+
+
+def test_default_readers_is_cores_minus_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    cores = len(os.sched_getaffinity(0))  # Linux: the cores this process may run on
+    assert load_config(None, {}).snapshot.readers == max(1, cores - 1) >= 1
+    assert SnapshotSettings().readers == DEFAULTS["snapshot"]["readers"] == max(1, cores - 1)
+    # the cores this process may use (its affinity), less one for the engine's loop, at least one
+    monkeypatch.delattr(os, "process_cpu_count", raising=False)  # Python 3.13+ reads the affinity too
+    for usable, readers in ((8, 7), (2, 1), (1, 1), (128, 64)):  # never past the limit
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=usable: set(range(n)))
+        assert default_readers() == readers
+        assert SnapshotSection().readers == readers
+    monkeypatch.delattr(os, "sched_getaffinity")
+    for count, readers in ((16, 15), (1, 1), (None, 1)):
+        monkeypatch.setattr(os, "cpu_count", lambda n=count: n)
+        assert default_readers() == readers
+
+
 def test_int_is_a_number_for_float_settings(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "[binlog]\nheartbeat_s = 2\n[checkpoint]\ninterval_s = 3\n"), {})
     assert cfg.heartbeat_s == 2.0 and isinstance(cfg.heartbeat_s, float)
@@ -366,6 +410,7 @@ def test_defaults_are_the_models() -> None:
     assert (cfg.source.host, cfg.source.port, cfg.source.user) == (src.host, src.port, src.user)
     assert cfg.snapshot.chunk_size == snap.chunk_size == DEFAULTS["snapshot"]["chunk_size"]
     assert cfg.snapshot.chunk_delay_s == snap.chunk_delay_ms / 1000
+    assert cfg.snapshot.readers == snap.readers == DEFAULTS["snapshot"]["readers"]
     assert cfg.heartbeat_s == DEFAULTS["binlog"]["heartbeat_s"]
     assert cfg.sink == SinkSettings() and cfg.signals == SignalSettings()
     assert cfg.checkpoint_path == Path(DEFAULTS["checkpoint"]["path"])
