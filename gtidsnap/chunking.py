@@ -184,14 +184,44 @@ def chunk_query(
     schema: TableSchema,
     after: Sequence[Any] | None,
     upto: Sequence[Any],
-    limit: int,
+    limit: int | None,
     condition: str | None = None,
 ) -> tuple[str, Params]:
     """The next chunk: every column of rows with ``after < key <= upto`` (no lower bound when
-    ``after`` is None) matching ``condition``, in key order, at most ``limit`` rows."""
-    _check_key(schema)
-    if limit < 1:
+    ``after`` is None) matching ``condition``, in key order, at most ``limit`` rows (None: the whole
+    range, as a parallel reader reads a range whose end :func:`chunk_end_query` found)."""
+    if limit is not None and limit < 1:
         raise ValueError(f"chunk size must be at least 1, not {limit}")
+    where, params = _range_where(schema, after, upto, condition)
+    columns = ", ".join(_ident(c.name) for c in schema.columns)
+    order = ", ".join(_ident(n) for n in schema.key)
+    sql = f"SELECT {BOUNDS_MODE}{columns} FROM {_table(schema)} WHERE {where} ORDER BY {order}"
+    return (sql if limit is None else f"{sql} LIMIT {int(limit)}"), params
+
+
+def chunk_end_query(
+    schema: TableSchema,
+    after: Sequence[Any] | None,
+    upto: Sequence[Any],
+    size: int,
+    condition: str | None = None,
+) -> tuple[str, Params]:
+    """The key of the ``size``-th row after ``after`` (up to ``upto``): where a chunk of ``size`` rows
+    ends. Only key columns cross the wire, so the engine plans the next ranges cheaply and hands the
+    rows themselves to parallel readers. No row: the range up to ``upto`` holds fewer rows."""
+    if size < 1:
+        raise ValueError(f"chunk size must be at least 1, not {size}")
+    where, params = _range_where(schema, after, upto, condition)
+    key = ", ".join(_ident(n) for n in schema.key)
+    sql = f"SELECT {BOUNDS_MODE}{key} FROM {_table(schema)} WHERE {where} ORDER BY {key}"
+    return f"{sql} LIMIT 1 OFFSET {int(size) - 1}", params
+
+
+def _range_where(
+    schema: TableSchema, after: Sequence[Any] | None, upto: Sequence[Any], condition: str | None
+) -> tuple[str, Params]:
+    """``after < key <= upto AND condition``, with each bound bound by its column's binder."""
+    _check_key(schema)
     where: list[str] = []
     params: Params = []
     if after is not None:
@@ -203,10 +233,7 @@ def chunk_query(
     params += p
     if condition is not None:
         where.append(_where_filter(schema, condition))
-    columns = ", ".join(_ident(c.name) for c in schema.columns)
-    order = ", ".join(_ident(n) for n in schema.key)
-    sql = f"SELECT {BOUNDS_MODE}{columns} FROM {_table(schema)} WHERE {' AND '.join(where)} ORDER BY {order}"
-    return f"{sql} LIMIT {int(limit)}", params
+    return " AND ".join(where), params
 
 
 def max_key_query(schema: TableSchema, condition: str | None = None) -> tuple[str, Params]:

@@ -19,6 +19,12 @@ in :mod:`gtidsnap.ports`.
 What the loop does next is chosen by :func:`gtidsnap.loop_step.next_step` from plain facts; a chunk
 is taken by :class:`gtidsnap.chunk_taker.ChunkTaker`, which answers with what became of it; a request
 is checked whole by :mod:`gtidsnap.snapshot_request`. The engine applies those answers to its state.
+
+With chunk readers (``snapshot.readers`` > 0) the stream never pauses: the loop plans key ranges,
+reader processes SELECT them, and several windows are in flight at once
+(:mod:`gtidsnap.parallel_chunks`); the stream is read on a thread of its own
+(:mod:`gtidsnap.stream_pump`) so the loop can wait for events and finished reads together. Outputs,
+sequence numbers and checkpoints stay the loop's alone, as above.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gtidsnap.checkpoint import Checkpoint, resume_problem
+from gtidsnap.chunk_readers import ChunkReaderPool
 from gtidsnap.chunk_taker import ChunkTaker, ShapeChanged, SnapshotDone, SnapshotFailed
 from gtidsnap.commands import (
     Command,
@@ -58,6 +65,8 @@ from gtidsnap.model import (
     TxCommit,
     WindowOutput,
 )
+from gtidsnap.parallel_chunks import ChunkOut, ChunksFailed, ChunksPlanned, ChunksRedone, ParallelChunks
+from gtidsnap.parallel_chunks import Output as ParallelOutput
 from gtidsnap.plan import InFlightChunk, SnapshotContext, TableProgress
 from gtidsnap.ports import (
     CheckpointPort,
@@ -66,6 +75,7 @@ from gtidsnap.ports import (
     SealingSink,
     Sink,
     StreamFactory,
+    StreamPort,
 )
 from gtidsnap.records import Record, change_record, snapshot_records
 from gtidsnap.run_stats import RunStats
@@ -73,6 +83,7 @@ from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
 from gtidsnap.signal_ledger import SignalLedger
 from gtidsnap.snapshot_request import checked_request
+from gtidsnap.stream_pump import StreamPump
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
@@ -96,6 +107,7 @@ class Engine:
         on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
         on_started: Callable[[Engine], None] | None = None,
         schemas: SchemaCache | None = None,
+        readers: ChunkReaderPool | None = None,
     ) -> None:
         self.replica = replica
         self.open_stream = open_stream
@@ -119,6 +131,8 @@ class Engine:
         self._uncommitted = 0
         self._chunks = ChunkTaker(replica, self.schemas, self.stats.chunk_pause_s)
         self._committer: BackgroundCommitter | None = None  # set while run() runs, for a SealingSink
+        self.readers = readers  # None: chunks are taken on this thread, pausing the stream
+        self._parallel: ParallelChunks | None = None  # set while run() runs, with readers
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
@@ -164,10 +178,15 @@ class Engine:
         self.request_snapshot(snapshot)
         if self.on_started is not None:
             self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
-        stream = self.open_stream(self.processed, self._schema_of)
+        stream: StreamPort = self.open_stream(self.processed, self._schema_of)
+        pump: StreamPump | None = None
         target: GtidSet | None = None
         if isinstance(self.sink, SealingSink):
             self._committer = BackgroundCommitter()
+        if self.readers is not None:
+            self._parallel = ParallelChunks(self.replica, self.readers, self.schemas, self.processed)
+            self.stats.readers = self._parallel.throughput
+            pump = StreamPump(_ShapesForgotten(stream, self.schemas)).start()
         try:
             while not self._stop:
                 if self._committer is not None:
@@ -177,10 +196,14 @@ class Engine:
                     break
                 if not self._in_tx and self._commit_due():
                     self._commit()  # also between chunks: a snapshot of an idle source never reads the stream
+                if self._parallel is not None and not self._in_tx:
+                    self._emit(self._parallel.collect())  # finished reads go out between transactions
                 facts = self._facts(until_caught_up)
                 step = next_step(facts)
-                if step is Step.TAKE_CHUNK:
+                if step is Step.TAKE_CHUNK and self._parallel is None:
                     self._take_chunk()
+                    continue
+                if step is Step.TAKE_CHUNK and self._plan_chunks():
                     continue
                 if step is Step.SLEEP:
                     time.sleep(facts.chunk_wait_s)  # cheaper than a heartbeat-long read of an idle stream
@@ -191,7 +214,10 @@ class Engine:
                         log.info("snapshots done; streaming up to %s", target)
                     if target <= self.processed:
                         break
-                event = stream.next()
+                if pump is None:
+                    event = stream.next()
+                else:  # readers at work: look again soon; otherwise wait as long as commands allow
+                    event = pump.next(0.002 if self._parallel and self._parallel.busy else 0.1)
                 if event is not None:
                     self._on_event(event)
                 if not self._in_tx and self._commit_due():
@@ -207,14 +233,17 @@ class Engine:
             if committer is not None:
                 with contextlib.suppress(Exception):  # already failing: let the first error out
                     committer.wait()
-            stream.close()
+            if self._parallel is not None:
+                self._parallel.close()
+                self._parallel = None
+            (pump or stream).close()
             self.sink.close()
         return self.stats
 
     def _facts(self, until_caught_up: bool) -> LoopFacts:
         """What :func:`gtidsnap.loop_step.next_step` chooses from."""
         return LoopFacts(
-            between_transactions=self._window is None and not self._in_tx,
+            between_transactions=(self._window is None or self._parallel is not None) and not self._in_tx,
             snapshots_waiting=bool(self.context.pending()) and not self.context.paused,
             chunk_wait_s=self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic(),
             until_caught_up=until_caught_up,
@@ -251,6 +280,8 @@ class Engine:
         elif isinstance(command, StopSnapshot):
             if self._window is not None and (command.tables is None or self._window.table in command.tables):
                 self._drop_window()  # rows already streamed stay; the chunk is dropped
+            if self._parallel is not None:
+                self._emit(self._parallel.stop(command.tables))
             self.context = self.context.stop(command.tables)
         elif isinstance(command, PauseSnapshots | ResumeSnapshots):
             self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
@@ -314,13 +345,40 @@ class Engine:
             self.stats.window_opened_at = time.monotonic()
             self._emit(self._window.start())
 
+    def _plan_chunks(self) -> bool:
+        """Hand the next ranges of the current table to free readers (:mod:`gtidsnap.parallel_chunks`);
+        False when none is free (the loop reads the stream meanwhile)."""
+        assert self._parallel is not None
+        progress = self.context.current()
+        assert progress is not None
+        if not self._parallel.has_room(progress.table):
+            return False
+        most = 1 if self.settings.chunk_delay_s > 0 else self._parallel.in_flight
+        outcome = self._parallel.plan(
+            progress, self.context.first_snapshot(progress.table), self.settings.chunk_size, most
+        )
+        if isinstance(outcome, ChunksPlanned | ShapeChanged):
+            self.context = self.context.update(outcome.progress)
+        elif isinstance(outcome, SnapshotFailed):
+            self.context = self._finish(outcome.progress.failed(stored_reason(str(outcome.error))))
+        else:
+            self.context = self._finish(outcome.progress)
+        self._last_chunk_at = time.monotonic()
+        return True
+
+    def _progress_of(self, table: TableId) -> TableProgress:
+        return next(t for t in self.context.tables if t.table == table and not t.done)
+
     def _finish(self, progress: TableProgress) -> SnapshotContext:
         self._report()
         return self.context.update(progress.finished())
 
     # ------------------------------------------------------------------ events and outputs
     def _on_event(self, event: BinlogEvent) -> None:
-        outputs = self._window.feed(event) if self._window is not None else (event,)
+        if self._parallel is not None:
+            outputs: Iterable[WindowOutput | ParallelOutput] = self._parallel.feed(event)
+        else:
+            outputs = self._window.feed(event) if self._window is not None else (event,)
         self._emit(outputs)
         if isinstance(event, TxBegin):
             self._in_tx = True
@@ -332,13 +390,21 @@ class Engine:
                 self.schemas.forget(table)  # read again, with the new shape, when next needed
             self._unfresh(event.tables)
 
-    def _emit(self, outputs: Iterable[WindowOutput]) -> None:
+    def _emit(self, outputs: Iterable[WindowOutput | ParallelOutput]) -> None:
         records: list[Record] = []
         for out in outputs:
             if isinstance(out, RowChange) and out.table in self.captured:
                 records.append(self._record_of_change(out))
             elif isinstance(out, ChunkEmitted):
                 records.extend(self._records_of_chunk(out))
+            elif isinstance(out, ChunkOut):
+                records.extend(self._records_of_range(out))
+            elif isinstance(out, ChunksRedone):
+                log.info("chunks of %s dropped, reading them again: %s", out.table, out.reason)
+            elif isinstance(out, ChunksFailed):
+                log.error("snapshot of %s stopped: %s", out.table, out.error)
+                failed = self._progress_of(out.table).failed(stored_reason(str(out.error)))
+                self.context = self._finish(failed)
             elif isinstance(out, ChunkDiscarded):
                 log.info("chunk of %s discarded, selecting it again: %s", out.table, out.reason)
                 self.schemas.forget(out.table)
@@ -368,6 +434,22 @@ class Engine:
     def _record_of_change(self, change: RowChange) -> Record:
         self.seq += 1
         return change_record(change, self.schemas.get(change.table).key, self.seq - 1)
+
+    def _records_of_range(self, chunk: ChunkOut) -> list[Record]:
+        """A parallel reader's chunk goes out: its rows, then the table's progress after its range."""
+        progress = self._progress_of(chunk.table)
+        key = self.schemas.get(chunk.table).key
+        rows = (row for _, row in chunk.rows)
+        records = snapshot_records(chunk.table, rows, key, self.seq, progress.fresh, int(time.time()))
+        self.seq += len(records)
+        progress = progress.chunk_read(chunk.upto, len(records))
+        if records:
+            self.context = self.context.emitted(chunk.table)
+        self.context = self._finish(progress) if chunk.last else self.context.update(progress)
+        self.stats.chunks += 1
+        self.stats.snapshot_rows += len(records)
+        self._report()
+        return records
 
     def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Record]:
         assert self._chunk is not None
@@ -410,3 +492,23 @@ class Engine:
     def _report(self) -> None:
         if self.on_progress is not None:
             self.on_progress(self.context, self.stats)
+
+
+class _ShapesForgotten:
+    """The stream as the pump reads it: a DDL makes the cached shapes of its tables go stale right when
+    it is read, so the row events after it (translated on the pump's thread, ahead of the loop) are
+    decoded with the new shape, as they were when the loop itself read the stream."""
+
+    def __init__(self, stream: StreamPort, schemas: SchemaCache) -> None:
+        self.stream = stream
+        self.schemas = schemas
+
+    def next(self) -> BinlogEvent | None:
+        event = self.stream.next()
+        if isinstance(event, SchemaChange):
+            for table in event.tables:
+                self.schemas.forget(table)
+        return event
+
+    def close(self) -> None:
+        self.stream.close()

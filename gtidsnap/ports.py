@@ -41,9 +41,17 @@ class ReplicaPort(Protocol):
         schema: TableSchema,
         after: RawKey | None,
         upto: RawKey,
-        limit: int,
+        limit: int | None,
         condition: str | None = None,
     ) -> ChunkRows: ...
+    def chunk_end(
+        self,
+        schema: TableSchema,
+        after: RawKey | None,
+        upto: RawKey,
+        size: int,
+        condition: str | None = None,
+    ) -> RawKey | None: ...
 
 
 class StreamPort(Protocol):

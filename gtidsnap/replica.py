@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import cached_property
@@ -32,7 +33,7 @@ import pymysql
 import pymysql.cursors
 
 from gtidsnap.catalog import Catalog, as_text
-from gtidsnap.chunking import chunk_query, max_key_query
+from gtidsnap.chunking import chunk_end_query, chunk_query, max_key_query
 from gtidsnap.connection import ConnectionSettings, TlsMode
 from gtidsnap.errors import ConfigError, PrerequisiteError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
@@ -93,7 +94,10 @@ def strip_password(grant: str) -> str:
 
 
 class Replica:
-    """A read-only session on the replica; use as a context manager or call :meth:`close`."""
+    """A read-only session on the replica; use as a context manager or call :meth:`close`.
+
+    One statement at a time: a lock serialises the session, since threads share it (the engine's loop,
+    the stream pump reading a table's shape, the Delta committer reading one)."""
 
     flavor: Flavor
     version: tuple[int, int, int]
@@ -106,6 +110,7 @@ class Replica:
         )
         self._catalog = Catalog(self._dicts, settings.describe())
         self._conn: pymysql.connections.Connection[Any] | None = None
+        self._lock = threading.RLock()
         self._conn = self._connect()
 
     # ------------------------------------------------------------------ connection
@@ -171,10 +176,11 @@ class Replica:
             )
 
     def close(self) -> None:
-        if self._conn is not None:
-            with suppress(pymysql.err.Error):  # already gone
-                self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                with suppress(pymysql.err.Error):  # already gone
+                    self._conn.close()
+                self._conn = None
 
     def __enter__(self) -> Self:
         return self
@@ -193,6 +199,12 @@ class Replica:
 
     def _query(self, sql: str, params: Sequence[Any], what: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run one read; repeat it once on a fresh connection if the connection was lost."""
+        with self._lock:
+            return self._query_locked(sql, params, what)
+
+    def _query_locked(
+        self, sql: str, params: Sequence[Any], what: str
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         for attempt in (1, 2):
             try:
                 with self._cursor() as cur:
@@ -261,6 +273,10 @@ class Replica:
             )
         return parse_gtid_set("mysql", str(rows[0].get("Executed_Gtid_Set") or ""))
 
+    def executed_text(self) -> str:
+        """:meth:`executed` as text, to cross a process boundary (a chunk reader's high watermark)."""
+        return str(self.executed())
+
     def purged(self) -> GtidSet:
         """Transactions the replica's binlog no longer holds: MySQL's ``gtid_purged``; on MariaDB the
         GTID position where its oldest binlog file starts (everything up to it is gone)."""
@@ -294,13 +310,27 @@ class Replica:
         schema: TableSchema,
         after: Sequence[Any] | None,
         upto: Sequence[Any],
-        limit: int,
+        limit: int | None,
         condition: str | None = None,
     ) -> ChunkResult:
-        """Rows with ``after < key <= upto`` in key order, at most ``limit``, normalised and keyed."""
+        """Rows with ``after < key <= upto`` in key order, at most ``limit`` (None: all), normalised
+        and keyed."""
         sql, params = chunk_query(schema, after, upto, limit, condition)
         names, raw_rows = self._query(sql, params, f"selecting a chunk of {schema.table}")
         return ChunkResult(schema, names, raw_rows)
+
+    def chunk_end(
+        self,
+        schema: TableSchema,
+        after: Sequence[Any] | None,
+        upto: Sequence[Any],
+        size: int,
+        condition: str | None = None,
+    ) -> tuple[Any, ...] | None:
+        """The raw key of the ``size``-th row after ``after``; None when fewer rows remain up to ``upto``."""
+        sql, params = chunk_end_query(schema, after, upto, size, condition)
+        row = self._fetch_one(sql, params, f"finding where the next chunk of {schema.table} ends")
+        return tuple(row) if row is not None else None
 
     # ------------------------------------------------------------------ preflight
 

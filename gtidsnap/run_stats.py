@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -19,6 +20,8 @@ class RunStats:
     # snapshot advances at the stream's pace. How long windows waited, and since when the open one waits:
     window_wait_s: float = 0.0
     window_opened_at: float | None = None
+    # With chunk readers: each reader's work by process id (gtidsnap.parallel_chunks.ReaderThroughput).
+    readers: dict[int, Any] = field(default_factory=dict)
 
     def window_waiting_s(self, now: float | None = None) -> float:
         """How long the open window has been waiting for the stream (0 when none is open)."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gtidsnap.binlog import BinlogStream
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
+from gtidsnap.chunk_readers import ProcessChunkReaders
 from gtidsnap.config import Config, SignalSettings
 from gtidsnap.engine import Engine
 from gtidsnap.errors import ConfigError
@@ -88,6 +89,9 @@ def build_engine(
         on_progress=on_progress,
         on_started=on_started,
         schemas=schemas,
+        readers=ProcessChunkReaders(config.source, config.snapshot.readers)
+        if config.snapshot.readers
+        else None,
     )
     return engine
 

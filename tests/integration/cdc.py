@@ -32,6 +32,9 @@ from gtidsnap.runner import build_engine
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
 
 REPO = Path(__file__).resolve().parents[2]
+# Chunk reader processes in the tests: several, whatever the machine's default (cores - 1), so every
+# scenario runs with windows in flight side by side; tests of the stream-pausing path ask for 0.
+READERS = 2
 
 
 def reader_settings(pair: ReplicaPair) -> ConnectionSettings:
@@ -44,11 +47,12 @@ def make_config(
     tables: Sequence[TableId] = (),
     chunk_size: int = 100,
     heartbeat_s: float = 0.5,
+    readers: int = READERS,
 ) -> Config:
     return Config(
         source=reader_settings(pair),
         tables=tuple(tables),
-        snapshot=SnapshotSettings(chunk_size=chunk_size),
+        snapshot=SnapshotSettings(chunk_size=chunk_size, readers=readers),
         heartbeat_s=heartbeat_s,
         sink=SinkSettings(type="jsonl", path=str(out / "changes.jsonl")),
         checkpoint_path=out / "checkpoint.json",
@@ -64,9 +68,10 @@ def run_engine(
     tables: Sequence[TableId] = (),
     chunk_size: int = 100,
     heartbeat_s: float = 0.5,
+    readers: int = READERS,
 ) -> RunStats:
     """One in-process ``gtidsnap run --until-caught-up``."""
-    config = make_config(pair, out, [*tables, *snapshot], chunk_size, heartbeat_s)
+    config = make_config(pair, out, [*tables, *snapshot], chunk_size, heartbeat_s, readers)
     with Replica(config.source) as replica:
         engine: Engine = build_engine(config, replica)
         return engine.run(snapshot=snapshot, until_caught_up=True)
@@ -280,6 +285,7 @@ def cli_env(pair: ReplicaPair) -> dict[str, str]:
             "GTIDSNAP_SOURCE_PASSWORD": READER[1],
             "GTIDSNAP_BINLOG_HEARTBEAT_S": "0.5",
             "GTIDSNAP_CHECKPOINT_INTERVAL_S": "0.2",
+            "GTIDSNAP_SNAPSHOT_READERS": str(READERS),
         }
     )
     return env

@@ -34,9 +34,30 @@ from tests.integration.fixtures.db_servers import ReplicaPair
 pytestmark = pytest.mark.integration
 
 
-def test_snapshot_only_10000_rows_chunk_100(pair: ReplicaPair, fresh_db: str, tmp_path: Path) -> None:
+def orphaned_readers(wait_s: float = 10.0) -> list[str]:
+    """Reader processes (spawned by multiprocessing) whose engine is gone, after up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if "multiprocessing.spawn" in cmdline and ppid == 1:
+                found.append(f"{proc.name}: {cmdline}")
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("readers", [0, 2])  # on the engine's thread (stream paused), and two readers
+def test_snapshot_only_10000_rows_chunk_100(
+    pair: ReplicaPair, fresh_db: str, tmp_path: Path, readers: int
+) -> None:
     create_table(pair, fresh_db, "orders", 10_000)
-    stats = run_engine(pair, tmp_path, [TableId(fresh_db, "orders")], chunk_size=100)
+    stats = run_engine(pair, tmp_path, [TableId(fresh_db, "orders")], chunk_size=100, readers=readers)
     records = read_records(tmp_path)
     assert stats.chunks == 100 and stats.snapshot_rows == 10_000
     assert all(r["op"] == "r" and r["snapshot"] for r in records)
@@ -48,12 +69,14 @@ def test_snapshot_only_10000_rows_chunk_100(pair: ReplicaPair, fresh_db: str, tm
 def test_concurrent_writers_inserts_updates_deletes(
     pair: ReplicaPair, fresh_db: str, tmp_path: Path, seed: int
 ) -> None:
-    """Scenarios 2-4 and 10: writes of every kind, multi-row transactions across two tables."""
+    """Scenarios 2-4 and 10: writes of every kind, multi-row transactions across two tables; chunks read
+    on the engine's thread or by one to four reader processes."""
     for name in ("a", "b"):
         create_table(pair, fresh_db, name, 400)
     writer = Writer(pair, fresh_db, ["a", "b"], seed=seed, transactions=150).start()
     tables = [TableId(fresh_db, "a"), TableId(fresh_db, "b")]
-    run_engine(pair, tmp_path, tables, chunk_size=random.Random(seed).choice([7, 50, 128]))
+    rnd = random.Random(seed)
+    run_engine(pair, tmp_path, tables, chunk_size=rnd.choice([7, 50, 128]), readers=seed % 5)
     writer.join()
     run_engine(pair, tmp_path, [], tables=tables)  # the writer may finish after the snapshot: catch up
     records = read_records(tmp_path)
@@ -214,12 +237,17 @@ def test_add_column_mid_snapshot_ends_with_the_new_column(
     )
 
 
-def test_kill_9_at_random_points_then_restart(pair: ReplicaPair, fresh_db: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("readers", [0, 3])
+def test_kill_9_at_random_points_then_restart(
+    pair: ReplicaPair, fresh_db: str, tmp_path: Path, readers: int
+) -> None:
     """Scenario 19: the real CLI is killed with SIGKILL at random points, over and over, while a writer
-    runs; every restart resumes from the checkpoint; the final output has no loss and no duplicate."""
+    runs; every restart resumes from the checkpoint; the final output has no loss and no duplicate.
+    With readers, their processes end with the killed engine (none is left behind)."""
     create_table(pair, fresh_db, "t", 20_000)
     writer = Writer(pair, fresh_db, ["t"], seed=11, transactions=400, pause_s=0.02).start()
     env = dict(cli_env(pair), GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="20")  # ~10 s of snapshot to kill into
+    env["GTIDSNAP_SNAPSHOT_READERS"] = str(readers)
     args = gtidsnap_cmd(
         "run",
         "--snapshot",
@@ -250,6 +278,7 @@ def test_kill_9_at_random_points_then_restart(pair: ReplicaPair, fresh_db: str, 
     records = read_records(tmp_path)
     assert sum(r["snapshot"] for r in records) >= 1
     check_invariants(records, {f"{fresh_db}.t": source_rows(pair, fresh_db, "t")})
+    assert orphaned_readers() == [], "reader processes outlived their engine"
 
 
 @pytest.mark.parametrize("commit", [1, 2, 5])

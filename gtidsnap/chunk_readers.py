@@ -1,0 +1,275 @@
+"""Chunk readers: the SELECT of a chunk's range and its high watermark, in processes of their own.
+
+A chunk's rows cost the client more CPU than anything else in a snapshot (PyMySQL's parsing of the
+result set, then normalising each value): on the engine's thread they stop the stream and cap the
+snapshot at one core. Here each reader is a process with its own read-only connection; it SELECTs a
+key range the engine planned (:mod:`gtidsnap.parallel_chunks`), normalises and keys the rows, reads
+the executed set right after (the chunk's high watermark, before subtracting ``lw``) and sends it all
+back. The engine's loop never waits for a reader: it collects what is finished.
+
+The pool is the standard library's ``ProcessPoolExecutor`` with the ``spawn`` start method (the
+engine's process has threads, a Kafka client and perhaps a JVM: forking it is unsafe). A reader's
+connection opens on its first job, so a refused login or a lost server reaches the engine as that
+job's failure. Failures travel as the error's type name and message (gtidsnap's errors are rebuilt by
+:func:`rebuilt_error`, so ``retryable`` and the CLI's exit code survive); a reader process that dies
+(kill -9, out of memory) breaks the pool: :meth:`ProcessChunkReaders.collect` reports ``broken`` and
+the pool is built anew on the next submit, the engine reading the lost ranges again.
+
+:class:`InlineChunkReaders` runs the same jobs on a replica object in the calling thread, when asked:
+unit tests drive the parallel engine with it, deciding when each read finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gtidsnap.connection import ConnectionSettings
+from gtidsnap.errors import (
+    ConfigError,
+    FatalSourceError,
+    FilterError,
+    GtidsnapError,
+    PrerequisiteError,
+    QueryError,
+    SchemaError,
+    SourceError,
+)
+from gtidsnap.model import Key
+from gtidsnap.plan import RawKey
+from gtidsnap.schema import TableSchema
+
+log = logging.getLogger(__name__)
+
+PARENT_CHECK_S = 0.5  # how often a reader checks that its engine is alive
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """Read the rows with ``after < key <= upto`` (matching ``condition``) for window ``window``."""
+
+    window: int
+    schema: TableSchema
+    after: RawKey | None
+    upto: RawKey
+    condition: str | None = None
+
+    def portable(self) -> ChunkJob:
+        """The job without the schema's cached converters (functions do not cross processes)."""
+        schema = TableSchema(self.schema.table, self.schema.columns, self.schema.key)
+        return ChunkJob(self.window, schema, self.after, self.upto, self.condition)
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """What a reader sent back: the rows (normalised and keyed) and the executed set after the SELECT,
+    or the failure (``error_type``, ``error``)."""
+
+    window: int
+    rows: tuple[tuple[Key, dict[str, Any]], ...] = ()
+    executed: str = ""  # the replica's executed set right after the SELECT, as the server wrote it
+    reader: int = 0  # the reader's process id (per-reader throughput)
+    seconds: float = 0.0  # the SELECT and the normalising, in the reader
+    error_type: str | None = None
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.error_type is not None
+
+
+class ReplicaReads(Protocol):
+    """What a reader needs of a replica (gtidsnap.replica.Replica)."""
+
+    def select_chunk(
+        self,
+        schema: TableSchema,
+        after: RawKey | None,
+        upto: RawKey,
+        limit: int | None,
+        condition: str | None = None,
+    ) -> Any: ...
+
+    def executed_text(self) -> str: ...
+
+
+def read_chunk(replica: ReplicaReads, job: ChunkJob) -> ChunkRead:
+    """One job on ``replica``: the SELECT, then the executed set (so ``hw`` covers the SELECT)."""
+    started = time.perf_counter()
+    try:
+        chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
+        executed = replica.executed_text()
+        rows = tuple(chunk.rows)
+    except GtidsnapError as exc:
+        return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
+    return ChunkRead(job.window, rows, executed, os.getpid(), time.perf_counter() - started)
+
+
+_ERRORS: dict[str, Callable[[str], GtidsnapError]] = {
+    cls.__name__: cls
+    for cls in (ConfigError, SourceError, FatalSourceError, QueryError, SchemaError, FilterError)
+}
+_ERRORS[PrerequisiteError.__name__] = lambda message: PrerequisiteError([message])
+
+
+def rebuilt_error(read: ChunkRead) -> GtidsnapError:
+    """The reader's failure as the engine's own error type (unknown types: a retryable SourceError)."""
+    make = _ERRORS.get(read.error_type or "", SourceError)
+    return make(read.error)
+
+
+class ChunkReaderPool(Protocol):
+    """What the engine needs of its readers."""
+
+    @property
+    def size(self) -> int: ...
+    def submit(self, job: ChunkJob) -> None: ...
+    def collect(self) -> tuple[list[ChunkRead], bool]:
+        """The reads finished since the last call, in no particular order, and whether the pool broke
+        (a reader died: every job not collected is lost)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------- in processes
+
+_worker_replica: Any = None
+_worker_settings: ConnectionSettings | None = None
+
+
+def _worker_start(settings: ConnectionSettings) -> None:
+    global _worker_settings
+    _worker_settings = settings
+    threading.Thread(target=_exit_with_engine, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_engine(engine_pid: int) -> None:
+    """A reader outlives a killed engine (kill -9) blocked on its job queue, holding a connection to
+    the replica: it checks twice a second that its engine is still its parent, and ends when not."""
+    while os.getppid() == engine_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
+
+
+def _worker_read(job: ChunkJob) -> ChunkRead:
+    """A job in a reader process, on the process's own connection (opened on first use)."""
+    global _worker_replica
+    if _worker_replica is None:
+        from gtidsnap.replica import Replica  # the reader's process imports it, the engine's has it
+
+        assert _worker_settings is not None
+        try:
+            _worker_replica = Replica(_worker_settings)
+        except GtidsnapError as exc:
+            return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
+    return read_chunk(_worker_replica, job)
+
+
+@dataclass
+class ProcessChunkReaders:
+    """``size`` reader processes, each with its own connection to the replica (see the module doc)."""
+
+    settings: ConnectionSettings
+    readers: int
+    _pool: ProcessPoolExecutor | None = None
+    _futures: list[Future[ChunkRead]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.readers
+
+    def submit(self, job: ChunkJob) -> None:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(
+                self.readers, mp_context=context, initializer=_worker_start, initargs=(self.settings,)
+            )
+        try:
+            self._futures.append(self._pool.submit(_worker_read, job.portable()))
+        except BrokenProcessPool:
+            self._futures.append(_broken_future())
+
+    def collect(self) -> tuple[list[ChunkRead], bool]:
+        if not self._futures:
+            return [], False
+        done = [f for f in self._futures if f.done()]
+        if not done:
+            return [], False
+        reads: list[ChunkRead] = []
+        broken = False
+        for future in done:
+            try:
+                reads.append(future.result())
+            except BrokenProcessPool:
+                broken = True
+        if broken:
+            log.warning("a chunk reader process died; its pool is started again and the chunks read again")
+            self._drop_pool()
+            return [], True
+        self._futures = [f for f in self._futures if not f.done()]
+        return reads, False
+
+    def _drop_pool(self) -> None:
+        pool, self._pool, self._futures = self._pool, None, []
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        self._drop_pool()
+
+
+def _broken_future() -> Future[ChunkRead]:
+    future: Future[ChunkRead] = Future()
+    future.set_exception(BrokenProcessPool("the reader pool is broken"))
+    return future
+
+
+# ----------------------------------------------------------------------------- in this thread
+
+
+@dataclass
+class InlineChunkReaders:
+    """Jobs run on ``replica`` in the caller's thread when :meth:`finish` says so (unit tests), or at
+    once on :meth:`collect` with ``eager``."""
+
+    replica: ReplicaReads
+    readers: int = 2
+    eager: bool = True
+    queued: list[ChunkJob] = field(default_factory=list)
+    _done: list[ChunkRead] = field(default_factory=list)
+    broken: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.readers
+
+    def submit(self, job: ChunkJob) -> None:
+        self.queued.append(job)
+
+    def finish(self, windows: Iterable[int] | None = None) -> None:
+        """Run the queued jobs of ``windows`` (all when None) now; they are collected next."""
+        wanted = None if windows is None else set(windows)
+        for job in [j for j in self.queued if wanted is None or j.window in wanted]:
+            self.queued.remove(job)
+            self._done.append(read_chunk(self.replica, job))
+
+    def collect(self) -> tuple[list[ChunkRead], bool]:
+        if self.broken:
+            self.broken, self.queued, self._done = False, [], []
+            return [], True
+        if self.eager:
+            self.finish()
+        done, self._done = self._done, []
+        return done, False
+
+    def close(self) -> None:
+        self.queued.clear()

@@ -1,0 +1,319 @@
+"""A table's snapshot read by several readers while the stream runs on (``snapshot.readers`` > 0).
+
+The engine's thread plans: at a transaction boundary it reads ``lw`` once, then for each free reader
+finds where the next chunk ends (:meth:`Replica.chunk_end`: only key columns cross the wire), opens a
+window at ``lw`` (:class:`gtidsnap.chunk_windows.ChunkWindows`) and hands the range to a reader
+(:mod:`gtidsnap.chunk_readers`). The readers SELECT their ranges and read their own high watermarks;
+the engine collects their rows between transactions, and every event it processes passes the windows.
+A window goes out when its rows are known and the stream has passed its high watermark, in the order
+the windows were opened: so chunks reach the output in key order, and the table's progress is still
+"the last key emitted" (:class:`gtidsnap.plan.TableProgress`), however many readers.
+
+What can go wrong with a chunk, and what becomes of it (returned as plain data for the engine):
+- a DDL of the table before its window went out, or a reader's SELECT that found the shape changed:
+  every window of the table is dropped and reading starts again after the last emitted key
+  (:class:`ChunksRedone`); a shape that keeps changing ends the snapshot like a failed statement;
+- the server refused or timed out a reader's SELECT (:class:`ChunksFailed`): that table's snapshot
+  ends with the reason, the others go on;
+- a reader process died: every window in flight is dropped, the pool is started again, reading
+  starts again after the last emitted key; a pool that keeps dying stops the run (``SourceError``);
+- any other failure of a reader (the replica unreachable past its retries, a refused login) is
+  raised as the engine's own error type.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gtidsnap.chunk_readers import ChunkJob, ChunkRead, ChunkReaderPool, rebuilt_error
+from gtidsnap.chunk_taker import SCHEMA_RETRIES, ShapeChanged, SnapshotDone, SnapshotFailed
+from gtidsnap.chunk_windows import ChunkWindows, WindowDiscarded, WindowEmitted
+from gtidsnap.chunk_windows import Output as WindowsOutput
+from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError, SourceError
+from gtidsnap.gtid import GtidSet, parse_gtid_set
+from gtidsnap.model import BinlogEvent, Key, Row, TableId
+from gtidsnap.plan import RawKey, TableProgress
+from gtidsnap.schema_cache import SchemaCache
+
+log = logging.getLogger(__name__)
+
+POOL_RESTARTS = 3  # reader pools that die in a row, without a chunk going out between, before giving up
+
+
+class RangeReplica(Protocol):
+    """What planning needs of the replica (gtidsnap.replica.Replica)."""
+
+    flavor: Any
+
+    def executed(self) -> GtidSet: ...
+    def max_key(self, schema: Any, condition: str | None = None) -> RawKey | None: ...
+    def chunk_end(
+        self, schema: Any, after: RawKey | None, upto: RawKey, size: int, condition: str | None = None
+    ) -> RawKey | None: ...
+
+
+@dataclass(frozen=True)
+class ChunkOut:
+    """A chunk's surviving rows, to go out at this point of the stream; ``upto`` is where its range
+    ended (the next lower bound) and ``last`` says it was the table's last range."""
+
+    table: TableId
+    rows: tuple[tuple[Key, Row], ...]
+    upto: RawKey
+    last: bool
+
+
+@dataclass(frozen=True)
+class ChunksRedone:
+    """Every window of ``table`` was dropped (its shape changed, or a reader died): reading starts
+    again after the last emitted key."""
+
+    table: TableId
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChunksFailed:
+    """A reader's SELECT of ``table`` failed for good: its snapshot ends with ``error``."""
+
+    table: TableId
+    error: GtidsnapError
+
+
+@dataclass(frozen=True)
+class ChunksPlanned:
+    """Windows were opened; ``progress`` is the table's (begun, if this was its first chunk)."""
+
+    progress: TableProgress
+    windows: int
+
+
+PlanOutcome = ChunksPlanned | SnapshotDone | ShapeChanged | SnapshotFailed
+Output = BinlogEvent | ChunkOut | ChunksRedone | ChunksFailed
+
+
+@dataclass(frozen=True)
+class _Planned:
+    table: TableId
+    upto: RawKey
+    last: bool
+
+
+@dataclass
+class ReaderThroughput:
+    """One reader's work, for the progress display."""
+
+    rows: int = 0
+    chunks: int = 0
+    busy_s: float = 0.0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.busy_s if self.busy_s > 0 else 0.0
+
+
+@dataclass
+class _Frontier:
+    """Where the next range of the table being read starts, and whether its last one is planned."""
+
+    table: TableId | None = None
+    after: RawKey | None = None
+    ended: bool = False
+
+
+class ParallelChunks:
+    """Plans ranges, tracks their windows and collects the readers' rows (see the module docstring)."""
+
+    def __init__(
+        self,
+        replica: RangeReplica,
+        readers: ChunkReaderPool,
+        schemas: SchemaCache,
+        processed: GtidSet,
+        in_flight: int | None = None,
+    ) -> None:
+        self.replica = replica
+        self.readers = readers
+        self.schemas = schemas
+        self.windows = ChunkWindows(processed)
+        # Two ranges per reader: one being read, one waiting, so no reader idles between collections.
+        self.in_flight = in_flight if in_flight is not None else 2 * readers.size
+        self.throughput: dict[int, ReaderThroughput] = {}
+        self._planned: dict[int, _Planned] = {}
+        self._lw: dict[int, GtidSet] = {}
+        self._frontier = _Frontier()
+        self._schema_retries = 0
+        self._pool_restarts = 0
+        self.redone = 0  # windows dropped and read again (DDL, shape changes, dead readers)
+        self._started = time.monotonic()
+
+    # ------------------------------------------------------------------ planning
+    def has_room(self, table: TableId) -> bool:
+        """May another range of ``table`` be planned now?"""
+        frontier = self._frontier
+        if frontier.table == table and frontier.ended:
+            return False
+        return len(self._planned) < self.in_flight
+
+    @property
+    def busy(self) -> bool:
+        """Are windows open (planned, being read, or waiting for the stream)?"""
+        return bool(self._planned)
+
+    def plan(self, progress: TableProgress, first_snapshot: bool, chunk_size: int, most: int) -> PlanOutcome:
+        """Open up to ``most`` windows on the next ranges of ``progress``'s table and hand them to the
+        readers. Call it between transactions only: the windows open at the ``lw`` read here."""
+        table = progress.table
+        try:
+            schema = self.schemas.get(table)
+            if not progress.started:
+                progress = progress.begun(self.replica.max_key(schema, progress.condition), first_snapshot)
+                if progress.done:
+                    log.info("%s is empty: snapshot done", table)
+                    return SnapshotDone(progress, selected=False)
+            assert progress.max_key is not None
+            if self._frontier.table != table:
+                self._frontier = _Frontier(table, progress.last_key)
+            lw = self.replica.executed()
+            opened = 0
+            frontier = self._frontier
+            while opened < most and not frontier.ended and len(self._planned) < self.in_flight:
+                end = self.replica.chunk_end(
+                    schema, frontier.after, progress.max_key, chunk_size, progress.condition
+                )
+                last = end is None or tuple(end) == tuple(progress.max_key)
+                upto = tuple(progress.max_key) if end is None else tuple(end)
+                window = self.windows.open(table, lw)
+                self._planned[window] = _Planned(table, upto, last)
+                self._lw[window] = lw
+                self.readers.submit(ChunkJob(window, schema, frontier.after, upto, progress.condition))
+                frontier.after, frontier.ended = upto, last
+                opened += 1
+        except SchemaError as exc:
+            return self._shape_changed(progress, exc)
+        except (QueryError, FilterError) as exc:
+            self._schema_retries = 0
+            return SnapshotFailed(progress, exc)
+        return ChunksPlanned(progress, opened)
+
+    def _shape_changed(self, progress: TableProgress, exc: SchemaError) -> ShapeChanged | SnapshotFailed:
+        self.schemas.forget(progress.table)
+        self._drop_table(progress.table)
+        if self._schema_retries < SCHEMA_RETRIES:
+            self._schema_retries += 1
+            log.info("schema of %s changed under the snapshot (%s); reading it again", progress.table, exc)
+            return ShapeChanged(progress)
+        self._schema_retries = 0
+        return SnapshotFailed(progress, exc)
+
+    # ------------------------------------------------------------------ the stream and the readers
+    def feed(self, event: BinlogEvent) -> Sequence[Output]:
+        """The outputs of one binlog event, in order (every event passes here, windows open or not)."""
+        outputs = self.windows.feed(event)
+        return (event,) if len(outputs) == 1 else self._mapped(outputs)  # one output: the event alone
+
+    def collect(self) -> list[Output]:
+        """What the finished reads let go out now; call between transactions."""
+        reads, broken = self.readers.collect()
+        if broken:
+            return self._pool_died()
+        out: list[Output] = []
+        for read in reads:
+            out.extend(self._on_read(read))
+        return out
+
+    def _on_read(self, read: ChunkRead) -> list[Output]:
+        planned = self._planned.get(read.window)
+        if planned is None:
+            return []  # its window was dropped meanwhile
+        if read.failed:
+            return self._read_failed(planned.table, read)
+        stats = self.throughput.setdefault(read.reader, ReaderThroughput())
+        stats.rows += len(read.rows)
+        stats.chunks += 1
+        stats.busy_s += read.seconds
+        lw = self._lw[read.window]
+        hw = parse_gtid_set(str(self.replica.flavor), read.executed) - lw
+        return self._mapped(self.windows.rows_read(read.window, read.rows, hw))
+
+    def _read_failed(self, table: TableId, read: ChunkRead) -> list[Output]:
+        error = rebuilt_error(read)
+        if isinstance(error, SchemaError):
+            self.schemas.forget(table)
+            out = self._drop_table(table)
+            if self._schema_retries < SCHEMA_RETRIES:
+                self._schema_retries += 1
+                return [*out, ChunksRedone(table, f"the shape of {table} changed under a reader: {error}")]
+            self._schema_retries = 0
+            return [*out, ChunksFailed(table, error)]
+        if isinstance(error, QueryError | FilterError):
+            return [*self._drop_table(table), ChunksFailed(table, error)]
+        raise error
+
+    def _pool_died(self) -> list[Output]:
+        self._pool_restarts += 1
+        if self._pool_restarts > POOL_RESTARTS:
+            raise SourceError(
+                f"chunk reader processes died {self._pool_restarts} times in a row; see the log for why "
+                "(memory? a killed process?), or set snapshot.readers = 0 to read on the engine's thread"
+            )
+        tables = list(dict.fromkeys(p.table for p in self._planned.values()))
+        out: list[Output] = []
+        for table in tables:
+            out.extend(self._drop_table(table))
+            out.append(ChunksRedone(table, "a chunk reader process died"))
+        return out
+
+    def stop(self, tables: Iterable[TableId] | None) -> list[Output]:
+        """Drop the windows of ``tables`` (all when None): their snapshots were stopped."""
+        names = None if tables is None else set(tables)
+        out: list[Output] = []
+        for table in list(dict.fromkeys(p.table for p in self._planned.values())):
+            if names is None or table in names:
+                out.extend(self._drop_table(table))
+        return out
+
+    def _drop_table(self, table: TableId) -> list[Output]:
+        """Forget every window of ``table``; the next range starts after the last emitted key."""
+        out: list[Output] = []
+        for window in [w for w, p in self._planned.items() if p.table == table]:
+            del self._planned[window]
+            self._lw.pop(window, None)
+            self.redone += 1
+            out.extend(self._mapped(self.windows.abandon(window)))
+        if self._frontier.table == table:
+            self._frontier = _Frontier()
+        return out
+
+    def _mapped(self, outputs: Iterable[WindowsOutput]) -> list[Output]:
+        out: list[Output] = []
+        for item in outputs:
+            if isinstance(item, WindowEmitted):
+                planned = self._planned.pop(item.window)
+                self._lw.pop(item.window, None)
+                self._schema_retries = 0
+                self._pool_restarts = 0
+                out.append(ChunkOut(item.table, item.rows, planned.upto, planned.last))
+            elif isinstance(item, WindowDiscarded):
+                if any(p.table == item.table for p in self._planned.values()):  # once per table
+                    out.extend(self._drop_table(item.table))
+                    out.append(ChunksRedone(item.table, item.reason))
+            else:
+                out.append(item)
+        return out
+
+    def close(self) -> None:
+        self.readers.close()
+
+
+def throughput_line(throughput: dict[int, ReaderThroughput]) -> str:
+    """Per-reader rows/s for the progress display, e.g. ``reader 1: 41.2k rows/s · reader 2: ...``."""
+    parts = [
+        f"reader {i}: {stats.rows_per_s / 1000:.1f}k rows/s"
+        for i, (_, stats) in enumerate(sorted(throughput.items()), start=1)
+    ]
+    return " · ".join(parts)
