@@ -117,10 +117,12 @@ class ChunkWindows:
             window.ready = True
         return self._release()
 
-    def abandon(self, window_id: int) -> tuple[Output, ...]:
-        """Forget a window (its snapshot was stopped or its read failed); nothing of it goes out. The
-        windows that waited for it and are ready go out now."""
-        self._windows.pop(window_id, None)
+    def abandon(self, *window_ids: int) -> tuple[Output, ...]:
+        """Forget windows (their snapshot was stopped or a read failed); nothing of them goes out. The
+        ready windows that waited only for them go out now: so forget a table's windows in one call,
+        or a later chunk of it would go out with an earlier one missing."""
+        for window_id in window_ids:
+            self._windows.pop(window_id, None)
         return self._release()
 
     def feed(self, event: BinlogEvent) -> tuple[Output, ...]:

@@ -279,15 +279,14 @@ class ParallelChunks:
 
     def _drop_table(self, table: TableId) -> list[Output]:
         """Forget every window of ``table``; the next range starts after the last emitted key."""
-        out: list[Output] = []
-        for window in [w for w, p in self._planned.items() if p.table == table]:
+        dropped = [w for w, p in self._planned.items() if p.table == table]
+        for window in dropped:
             del self._planned[window]
             self._lw.pop(window, None)
-            self.redone += 1
-            out.extend(self._mapped(self.windows.abandon(window)))
+        self.redone += len(dropped)
         if self._frontier.table == table:
             self._frontier = _Frontier()
-        return out
+        return self._mapped(self.windows.abandon(*dropped))  # all at once: none of the table goes out
 
     def _mapped(self, outputs: Iterable[WindowsOutput]) -> list[Output]:
         out: list[Output] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtidsnap.checkpoint import CheckpointStore
+from gtidsnap.chunk_readers import ChunkRead, InlineChunkReaders
 from gtidsnap.commands import SetChunkSize, SignalReceived, StartSnapshot
 from gtidsnap.engine import Engine
 from gtidsnap.errors import CheckpointError, QueryError, SchemaError
@@ -50,12 +52,19 @@ class World:
         self.gno = 10
         self.writes_left = writes
         self.stream_start: GtidSet | None = None  # the executed set the first run starts streaming at
+        # With chunk readers the stream is read on the pump's thread: the world is shared, so locked.
+        self.lock = threading.RLock()
 
     def maybe_write(self, p: float = 0.3) -> None:
-        if self.writes_left > 0 and self.rnd.random() < p:
-            self.write()
+        with self.lock:
+            if self.writes_left > 0 and self.rnd.random() < p:
+                self.write()
 
     def write(self) -> None:
+        with self.lock:
+            self._write()
+
+    def _write(self) -> None:
         self.writes_left -= 1
         self.gno += 1
         gtid = MysqlGtid(U, "", self.gno)
@@ -96,10 +105,14 @@ class FakeReplica:
         return MysqlGtidSet()
 
     def executed(self) -> GtidSet:
-        self.world.maybe_write()
-        if self.world.stream_start is None:
-            self.world.stream_start = self.world.executed
-        return self.world.executed
+        with self.world.lock:
+            self.world.maybe_write()
+            if self.world.stream_start is None:
+                self.world.stream_start = self.world.executed
+            return self.world.executed
+
+    def executed_text(self) -> str:
+        return str(self.executed())
 
     def tables(self) -> list[TableId]:
         return [T]
@@ -110,14 +123,26 @@ class FakeReplica:
         return SCHEMA
 
     def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[Any, ...] | None:
-        return (max(self.world.table),) if self.world.table else None
+        with self.world.lock:
+            return (max(self.world.table),) if self.world.table else None
+
+    def _keys(self, after: Any, upto: Any) -> list[int]:
+        with self.world.lock:
+            return sorted(k for k in self.world.table if (after is None or k > after[0]) and k <= upto[0])
 
     def select_chunk(
-        self, schema: TableSchema, after: Any, upto: Any, limit: int, condition: str | None = None
+        self, schema: TableSchema, after: Any, upto: Any, limit: int | None, condition: str | None = None
     ) -> FakeChunk:
-        keys = sorted(k for k in self.world.table if (after is None or k > after[0]) and k <= upto[0])[:limit]
-        rows = tuple(((k,), dict(self.world.table[k])) for k in keys)
+        with self.world.lock:
+            keys = self._keys(after, upto)[:limit]
+            rows = tuple(((k,), dict(self.world.table[k])) for k in keys)
         return FakeChunk(rows, (keys[-1],) if keys else None, len(keys))
+
+    def chunk_end(
+        self, schema: TableSchema, after: Any, upto: Any, size: int, condition: str | None = None
+    ) -> tuple[Any, ...] | None:
+        keys = self._keys(after, upto)
+        return (keys[size - 1],) if len(keys) >= size else None
 
 
 class FakeStream:
@@ -128,10 +153,11 @@ class FakeStream:
         self.last: MysqlGtid | None = None
 
     def next(self) -> BinlogEvent | None:
-        self.world.maybe_write(0.2)
-        if not self.queue and self.tx_at < len(self.world.txs):
-            self.queue = list(self.world.txs[self.tx_at][1])
-            self.tx_at += 1
+        with self.world.lock:
+            self.world.maybe_write(0.2)
+            if not self.queue and self.tx_at < len(self.world.txs):
+                self.queue = list(self.world.txs[self.tx_at][1])
+                self.tx_at += 1
         if not self.queue:
             # A real idle read blocks until the next heartbeat. Crashes are rolled per event, not per
             # idle read: polls that return at once would otherwise roll hundreds of times while a
@@ -173,8 +199,29 @@ class SealingJsonl(JsonlSink):
         return job
 
 
+class RandomReaders(InlineChunkReaders):
+    """Chunk readers that finish a random few of their jobs at each collection (so reads come back
+    late and out of order, the world writing meanwhile), and now and then die all at once."""
+
+    def __init__(self, replica: FakeReplica, rnd: random.Random, readers: int) -> None:
+        super().__init__(replica, readers, eager=False)
+        self.rnd = rnd
+
+    def collect(self) -> tuple[list[ChunkRead], bool]:
+        if self.queued and self.rnd.random() < 0.01:
+            self.broken = True
+        self.finish([j.window for j in self.queued if self.rnd.random() < 0.4])
+        return super().collect()
+
+
 def run_until_done(
-    tmp: Path, world: World, rnd: random.Random, crash_p: float, chunk: int, sealing: bool = False
+    tmp: Path,
+    world: World,
+    rnd: random.Random,
+    crash_p: float,
+    chunk: int,
+    sealing: bool = False,
+    readers: int = 0,
 ) -> list[dict[str, Any]]:
     out = tmp / "changes.jsonl"
     store = CheckpointStore(tmp / "checkpoint.json")
@@ -192,6 +239,7 @@ def run_until_done(
             store,
             EngineSettings(chunk_size=chunk, checkpoint_interval_s=0.0),
             captured=[T],
+            readers=RandomReaders(FakeReplica(world), rnd, readers) if readers else None,
         )
         try:
             engine.run(snapshot=[T], until_caught_up=True)
@@ -241,18 +289,23 @@ def check_output(records: list[dict[str, Any]], world: World) -> None:
     assert replay == world.table
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 40), chunk=st.integers(1, 9), sealing=st.booleans()
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(0, 40),
+    chunk=st.integers(1, 9),
+    sealing=st.booleans(),
+    readers=st.sampled_from([0, 1, 3]),
 )
 def test_snapshot_and_stream_with_crashes_replays_to_the_table(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, rows: int, chunk: int, sealing: bool
+    tmp_path_factory: pytest.TempPathFactory, seed: int, rows: int, chunk: int, sealing: bool, readers: int
 ) -> None:
-    """Inline commits, and background commits of sealed batches (the Delta sink's way)."""
+    """Inline commits, and background commits of sealed batches (the Delta sink's way); chunks taken on
+    the engine's thread (readers 0) or by readers that deliver late, out of order, and die."""
     rnd = random.Random(seed)
     world = World(rnd, rows, writes=30)
     tmp = tmp_path_factory.mktemp("run")
-    records = run_until_done(tmp, world, rnd, crash_p=0.03, chunk=chunk, sealing=sealing)
+    records = run_until_done(tmp, world, rnd, crash_p=0.03, chunk=chunk, sealing=sealing, readers=readers)
     check_output(records, world)
     (table,) = json.loads((tmp / "checkpoint.json").read_text())["context"]["tables"]
     assert table["done"] and table["rows"] == sum(1 for r in records if r["snapshot"])
