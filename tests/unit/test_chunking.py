@@ -12,6 +12,7 @@ import pytest
 
 from gtidsnap.chunking import (
     BOUNDS_MODE,
+    chunk_end_query,
     chunk_query,
     key_binder,
     max_key_query,
@@ -78,6 +79,71 @@ def test_composite_key_without_lower_bound() -> None:
     assert "WHERE `order_id` <= %s AND (`order_id`, `sku`) <= (%s, %s) ORDER BY" in sql
     assert ">" not in sql.split("WHERE")[1]
     assert params == [9, 9, "zz"]
+
+
+def test_chunk_without_limit_reads_the_whole_range() -> None:
+    sql, params = chunk_query(SINGLE, (5,), (100,), None, "region = 'EU'")
+    assert sql == (
+        f"SELECT {BOUNDS_MODE}`id`, `region` FROM `shop`.`orders` WHERE `id` > %s AND `id` <= %s "
+        "AND (`region` = 'EU') ORDER BY `id`"
+    )
+    assert "LIMIT" not in sql
+    assert params == [5, 100]
+    composite, composite_params = chunk_query(COMPOSITE, (7, "abc"), (9, "zz"), None)
+    assert composite.endswith("ORDER BY `order_id`, `sku`")
+    assert composite_params == [7, 7, "abc", 9, 9, "zz"]
+
+
+def test_single_key_chunk_end_selects_only_the_key_of_the_size_th_row() -> None:
+    sql, params = chunk_end_query(SINGLE, (5,), (100,), 3, "region = 'EU'")
+    assert sql == (
+        f"SELECT {BOUNDS_MODE}`id` FROM `shop`.`orders` WHERE `id` > %s AND `id` <= %s "
+        "AND (`region` = 'EU') ORDER BY `id` LIMIT 1 OFFSET 2"
+    )
+    assert params == [5, 100]
+    first, first_params = chunk_end_query(SINGLE, None, (100,), 1)
+    assert first == (
+        f"SELECT {BOUNDS_MODE}`id` FROM `shop`.`orders` WHERE `id` <= %s ORDER BY `id` LIMIT 1 OFFSET 0"
+    )
+    assert first_params == [100]
+
+
+def test_composite_key_chunk_end_selects_only_the_key_columns() -> None:
+    sql, params = chunk_end_query(COMPOSITE, (7, "abc"), (9, "zz"), 1000, "qty > 0")
+    assert sql == (
+        f"SELECT {BOUNDS_MODE}`order_id`, `sku` FROM `shop`.`lines` "
+        "WHERE `order_id` >= %s AND (`order_id`, `sku`) > (%s, %s) "
+        "AND `order_id` <= %s AND (`order_id`, `sku`) <= (%s, %s) "
+        "AND (`qty` > 0) ORDER BY `order_id`, `sku` LIMIT 1 OFFSET 999"
+    )
+    assert params == [7, 7, "abc", 9, 9, "zz"]
+    assert "`qty`" not in sql.split(" FROM ")[0]
+
+
+def test_chunk_end_is_bounded_like_the_chunk_it_ends() -> None:
+    """The planner's range and the reader's SELECT must cover the same rows: same WHERE, same order."""
+    for schema, after, upto in ((SINGLE, (5,), (100,)), (COMPOSITE, (7, "abc"), (9, "zz"))):
+        end_sql, end_params = chunk_end_query(schema, after, upto, 10, None)
+        read_sql, read_params = chunk_query(schema, after, upto, None, None)
+        assert end_sql.split(" WHERE ")[1].split(" LIMIT ")[0] == read_sql.split(" WHERE ")[1]
+        assert end_params == read_params
+
+
+def test_chunk_end_refuses_bad_sizes_bounds_and_filters() -> None:
+    for size in (0, -1):
+        with pytest.raises(ValueError, match="at least 1"):
+            chunk_end_query(SINGLE, None, (1,), size)
+    with pytest.raises(ValueError, match="has 1 value"):
+        chunk_end_query(COMPOSITE, (1,), (2, "a"), 10)
+    with pytest.raises(FilterError):
+        chunk_end_query(SINGLE, None, (1,), 10, "1=1; DROP TABLE x")
+    with pytest.raises(SchemaError, match="surrogate key"):
+        chunk_end_query(
+            TableSchema(TableId("s", "t"), (Column("k", "enum", "enum('a')", False),), ("k",)),
+            None,
+            ("a",),
+            10,
+        )
 
 
 def test_max_key_query() -> None:

@@ -1,0 +1,237 @@
+"""Chunk readers: one job on a replica (rows and the executed set after, or the failure as plain data),
+failures rebuilt as gtidsnap's own error types, jobs that cross processes, the inline readers unit
+tests drive, and one real spawn pool (no server: its connection is refused, and that failure comes
+back through pickling and the pool)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gtidsnap.chunk_readers import (
+    ChunkJob,
+    ChunkRead,
+    InlineChunkReaders,
+    ProcessChunkReaders,
+    read_chunk,
+    rebuilt_error,
+)
+from gtidsnap.connection import ConnectionSettings, Secret
+from gtidsnap.errors import (
+    ConfigError,
+    FatalSourceError,
+    FilterError,
+    GtidsnapError,
+    PrerequisiteError,
+    QueryError,
+    SchemaError,
+    SourceError,
+)
+from gtidsnap.model import TableId
+from gtidsnap.schema import Column, TableSchema
+
+T = TableId("shop", "orders")
+SCHEMA = TableSchema(T, (Column("id", "int", "int", False), Column("at", "datetime", "datetime(6)")), ("id",))
+EXECUTED = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-12"
+
+
+@dataclass(frozen=True)
+class Selected:
+    rows: tuple[tuple[tuple[int], dict[str, Any]], ...]
+
+
+class FakeReplica:
+    def __init__(self, keys: Sequence[int] = (1, 2, 3), failure: Exception | None = None) -> None:
+        self.keys = keys
+        self.failure = failure
+        self.calls: list[tuple[Any, ...]] = []
+
+    def select_chunk(
+        self,
+        schema: TableSchema,
+        after: Sequence[int] | None,
+        upto: Sequence[int],
+        limit: int | None,
+        condition: str | None = None,
+    ) -> Selected:
+        self.calls.append(("select", schema, after, upto, limit, condition))
+        if self.failure is not None:
+            raise self.failure
+        keys = [k for k in self.keys if (after is None or k > after[0]) and k <= upto[0]]
+        return Selected(tuple(((k,), {"id": k, "at": None}) for k in keys))
+
+    def executed_text(self) -> str:
+        self.calls.append(("executed",))
+        return EXECUTED
+
+
+# ----------------------------------------------------------------------------- one job
+
+
+def test_read_chunk_returns_the_rows_then_the_executed_set_read_after_the_select() -> None:
+    replica = FakeReplica((1, 2, 3, 4))
+    read = read_chunk(replica, ChunkJob(7, SCHEMA, (1,), (3,), "id > 0"))
+    assert read.window == 7 and not read.failed
+    assert read.rows == (((2,), {"id": 2, "at": None}), ((3,), {"id": 3, "at": None}))
+    assert read.executed == EXECUTED
+    assert read.reader == os.getpid() and read.seconds >= 0
+    assert read.error_type is None and read.error == ""
+    assert replica.calls == [("select", SCHEMA, (1,), (3,), None, "id > 0"), ("executed",)]
+
+
+@pytest.mark.parametrize(
+    "failure", [QueryError("timeout"), SchemaError("column at is gone"), SourceError("lost connection")]
+)
+def test_read_chunk_returns_a_gtidsnap_failure_as_data(failure: GtidsnapError) -> None:
+    read = read_chunk(FakeReplica(failure=failure), ChunkJob(3, SCHEMA, None, (3,)))
+    assert read.failed
+    assert (read.window, read.error_type, read.error) == (3, type(failure).__name__, str(failure))
+    assert read.rows == () and read.executed == "" and read.reader == os.getpid()
+
+
+def test_read_chunk_lets_a_bug_through() -> None:
+    with pytest.raises(ZeroDivisionError):
+        read_chunk(FakeReplica(failure=ZeroDivisionError()), ChunkJob(3, SCHEMA, None, (3,)))
+
+
+# ----------------------------------------------------------------------------- errors rebuilt
+
+
+@pytest.mark.parametrize(
+    "cls", [SchemaError, QueryError, FilterError, ConfigError, FatalSourceError, SourceError]
+)
+def test_a_readers_failure_is_rebuilt_as_its_own_type(cls: type[GtidsnapError]) -> None:
+    read = read_chunk(FakeReplica(failure=cls("the reason")), ChunkJob(1, SCHEMA, None, (3,)))
+    error = rebuilt_error(read)
+    assert type(error) is cls
+    assert str(error) == "the reason"
+    assert error.retryable == cls.retryable
+
+
+def test_a_prerequisite_error_keeps_its_whole_message() -> None:
+    original = PrerequisiteError(["TLS is required"])
+    read = read_chunk(FakeReplica(failure=original), ChunkJob(1, SCHEMA, None, (3,)))
+    error = rebuilt_error(read)
+    assert type(error) is PrerequisiteError
+    assert "TLS is required" in str(error)
+    assert error.retryable is False
+
+
+def test_retryable_is_preserved_across_the_rebuild() -> None:
+    assert rebuilt_error(ChunkRead(1, error_type="SourceError", error="x")).retryable is True
+    assert rebuilt_error(ChunkRead(1, error_type="QueryError", error="x")).retryable is False
+    assert rebuilt_error(ChunkRead(1, error_type="FatalSourceError", error="x")).retryable is False
+
+
+@pytest.mark.parametrize("name", ["CheckpointError", "KeyError", "NoSuchError", ""])  # not sent by readers
+def test_an_unknown_failure_becomes_a_retryable_source_error(name: str) -> None:
+    error = rebuilt_error(ChunkRead(1, error_type=name, error="something broke"))
+    assert type(error) is SourceError
+    assert str(error) == "something broke" and error.retryable
+
+
+# ----------------------------------------------------------------------------- jobs across processes
+
+
+def test_a_portable_job_drops_the_schemas_cached_converters() -> None:
+    schema = TableSchema(SCHEMA.table, SCHEMA.columns, SCHEMA.key)
+    schema.normalize_values(["id", "at"], [1, None])  # caches converters: local functions
+    job = ChunkJob(4, schema, (1,), (9,), "id > 0")
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        pickle.dumps(job)
+    portable = job.portable()
+    copy = pickle.loads(pickle.dumps(portable))
+    assert copy == job
+    assert (copy.window, copy.after, copy.upto, copy.condition) == (4, (1,), (9,), "id > 0")
+    assert copy.schema.normalize_values(["id", "at"], [2, None]) == {"id": 2, "at": None}
+    assert pickle.dumps(job.portable()), "the original job is left as it was, and still portable"
+
+
+# ----------------------------------------------------------------------------- inline readers
+
+
+def test_inline_readers_run_a_job_only_when_finished() -> None:
+    readers = InlineChunkReaders(FakeReplica(), readers=3, eager=False)
+    assert readers.size == 3
+    readers.submit(ChunkJob(1, SCHEMA, None, (1,)))
+    readers.submit(ChunkJob(2, SCHEMA, (1,), (3,)))
+    assert readers.collect() == ([], False)
+    readers.finish([2])
+    reads, broken = readers.collect()
+    assert not broken and [r.window for r in reads] == [2]
+    assert [job.window for job in readers.queued] == [1]
+    assert readers.collect() == ([], False), "collected once"
+    readers.finish()
+    reads, _ = readers.collect()
+    assert [(r.window, r.rows) for r in reads] == [(1, (((1,), {"id": 1, "at": None}),))]
+    assert readers.queued == []
+
+
+def test_eager_inline_readers_run_every_job_on_collect() -> None:
+    readers = InlineChunkReaders(FakeReplica())
+    assert readers.eager and readers.size == 2
+    readers.submit(ChunkJob(1, SCHEMA, None, (1,)))
+    readers.submit(ChunkJob(2, SCHEMA, (1,), (3,)))
+    reads, broken = readers.collect()
+    assert not broken and [r.window for r in reads] == [1, 2]
+    assert readers.collect() == ([], False)
+
+
+def test_broken_inline_readers_lose_their_jobs_once() -> None:
+    readers = InlineChunkReaders(FakeReplica(), eager=False)
+    readers.submit(ChunkJob(1, SCHEMA, None, (1,)))
+    readers.submit(ChunkJob(2, SCHEMA, (1,), (3,)))
+    readers.finish([1])
+    readers.broken = True
+    assert readers.collect() == ([], True)
+    assert readers.queued == [] and not readers.broken
+    readers.finish()
+    assert readers.collect() == ([], False), "the finished read was lost with the pool"
+    readers.submit(ChunkJob(3, SCHEMA, None, (1,)))
+    readers.close()
+    assert readers.queued == []
+
+
+# ----------------------------------------------------------------------------- a real pool
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_process_readers_send_a_refused_connection_back_as_the_jobs_failure() -> None:
+    """A spawned reader process, a pickled job, the connection opened on the first job and its
+    failure sent back as data: no server needed."""
+    port = closed_port()
+    settings = ConnectionSettings("127.0.0.1", port, "gtidsnap", Secret("pw"), connect_timeout=2)
+    readers = ProcessChunkReaders(settings, readers=1)
+    assert readers.size == 1
+    schema = TableSchema(SCHEMA.table, SCHEMA.columns, SCHEMA.key)
+    schema.normalize_values(["id", "at"], [1, None])  # the pool must send the portable job
+    try:
+        readers.submit(ChunkJob(5, schema, None, (10,)))
+        reads: list[ChunkRead] = []
+        deadline = time.monotonic() + 20
+        while not reads and time.monotonic() < deadline:
+            reads, broken = readers.collect()
+            assert not broken
+            time.sleep(0.05)
+        assert len(reads) == 1, "no read came back within 20 s"
+        [read] = reads
+        assert read.window == 5 and read.failed
+        assert read.error_type == "SourceError"
+        assert f"127.0.0.1:{port}" in read.error
+        assert read.reader not in (0, os.getpid()), "read in another process"
+        assert readers.collect() == ([], False)
+    finally:
+        readers.close()
+    assert readers._pool is None
