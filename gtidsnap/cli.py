@@ -29,7 +29,7 @@ from gtidsnap.config import Config, load_config, parse_table_name
 from gtidsnap.errors import GtidsnapError
 from gtidsnap.model import TableId
 from gtidsnap.plan import SnapshotContext, TableProgress
-from gtidsnap.run_stats import RunStats
+from gtidsnap.run_stats import RunStats, throughput_line
 
 app = typer.Typer(
     name="gtidsnap",
@@ -157,7 +157,7 @@ class _Display:
             )
 
     def __call__(self, context: SnapshotContext, stats: RunStats) -> None:
-        note = stream_wait_note(stats)
+        note = "; ".join(filter(None, [stream_wait_note(stats), throughput_line(stats.readers)]))
         if self.progress is not None:
             current = context.current()
             for t in context.tables:
@@ -256,10 +256,13 @@ def run(
     elapsed = time.monotonic() - stats.started_at
     pauses = sorted(stats.chunk_pause_s)
     p50 = pauses[len(pauses) // 2] * 1000 if pauses else 0.0
+    by_reader = (
+        f"; {len(stats.readers)} chunk reader(s): {throughput_line(stats.readers)}" if stats.readers else ""
+    )
     say(
         out,
         f"done: {stats.records:,} records ({stats.snapshot_rows:,} snapshot rows in {stats.chunks:,} chunks) "
-        f"in {elapsed:.1f}s; binlog paused per chunk p50 {p50:.1f} ms; output {cfg.sink.path}",
+        f"in {elapsed:.1f}s; binlog paused per chunk p50 {p50:.1f} ms; output {cfg.sink.path}{by_reader}",
     )
 
 

@@ -37,6 +37,7 @@ from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError,
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.model import BinlogEvent, Key, Row, TableId
 from gtidsnap.plan import RawKey, TableProgress
+from gtidsnap.run_stats import ReaderThroughput
 from gtidsnap.schema_cache import SchemaCache
 
 log = logging.getLogger(__name__)
@@ -101,19 +102,6 @@ class _Planned:
     table: TableId
     upto: RawKey
     last: bool
-
-
-@dataclass
-class ReaderThroughput:
-    """One reader's work, for the progress display."""
-
-    rows: int = 0
-    chunks: int = 0
-    busy_s: float = 0.0
-
-    @property
-    def rows_per_s(self) -> float:
-        return self.rows / self.busy_s if self.busy_s > 0 else 0.0
 
 
 @dataclass
@@ -251,6 +239,7 @@ class ParallelChunks:
             self._schema_retries = 0
             return [*out, ChunksFailed(table, error)]
         if isinstance(error, QueryError | FilterError):
+            self._schema_retries = 0  # the next table starts with every retry
             return [*self._drop_table(table), ChunksFailed(table, error)]
         raise error
 
@@ -307,12 +296,3 @@ class ParallelChunks:
 
     def close(self) -> None:
         self.readers.close()
-
-
-def throughput_line(throughput: dict[int, ReaderThroughput]) -> str:
-    """Per-reader rows/s for the progress display, e.g. ``reader 1: 41.2k rows/s · reader 2: ...``."""
-    parts = [
-        f"reader {i}: {stats.rows_per_s / 1000:.1f}k rows/s"
-        for i, (_, stats) in enumerate(sorted(throughput.items()), start=1)
-    ]
-    return " · ".join(parts)

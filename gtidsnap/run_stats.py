@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+
+
+@dataclass
+class ReaderThroughput:
+    """One reader's work, for the progress display."""
+
+    rows: int = 0
+    chunks: int = 0
+    busy_s: float = 0.0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.busy_s if self.busy_s > 0 else 0.0
 
 
 @dataclass
@@ -20,11 +32,20 @@ class RunStats:
     # snapshot advances at the stream's pace. How long windows waited, and since when the open one waits:
     window_wait_s: float = 0.0
     window_opened_at: float | None = None
-    # With chunk readers: each reader's work by process id (gtidsnap.parallel_chunks.ReaderThroughput).
-    readers: dict[int, Any] = field(default_factory=dict)
+    # With chunk readers (gtidsnap.parallel_chunks): each reader's work, by its process id.
+    readers: dict[int, ReaderThroughput] = field(default_factory=dict)
 
     def window_waiting_s(self, now: float | None = None) -> float:
         """How long the open window has been waiting for the stream (0 when none is open)."""
         if self.window_opened_at is None:
             return 0.0
         return (time.monotonic() if now is None else now) - self.window_opened_at
+
+
+def throughput_line(throughput: dict[int, ReaderThroughput]) -> str:
+    """Per-reader rows/s for the progress display, e.g. ``reader 1: 41.2k rows/s · reader 2: ...``."""
+    parts = [
+        f"reader {i}: {stats.rows_per_s / 1000:.1f}k rows/s"
+        for i, (_, stats) in enumerate(sorted(throughput.items()), start=1)
+    ]
+    return " · ".join(parts)

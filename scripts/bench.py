@@ -23,6 +23,10 @@ DATETIME, DECIMAL(12,2), TEXT) in the database ``bench`` (loaded once, reused):
      mirror (its first insert in the Change Data Feed), the rate the writer reached and the rate
      gtidsnap sustained, against the issue's targets (changelog p50 <= 2 s, mirror p50 <= 30 s at
      5,000 rows/s, no growing backlog).
+  g. parallel chunk readers (``snapshot.readers``): snapshot rows/s into JSON lines with 0, 1 and 2
+     readers against the bare keyset scan, then 2 readers while a writer inserts 2,000 rows/s into a
+     second captured table: the stream's lag (source commit to the line in the output), p50/p99, and
+     the snapshot's rate against its rate with no writer (scripts/bench_lib/parallel.py).
 
 Every limit is measured in the same run, right before and after what it is compared with (the
 machine is shared and noisy). Asserts nothing: the figures go to ``--out``/bench-<label>.json (and
@@ -49,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_lib import env, latency, pauses, report, snapshot, streaming
+from bench_lib import env, latency, parallel, pauses, report, snapshot, streaming
 from bench_lib.context import WRITER_RATE, Context, stop_spark
 from bench_lib.tables import ensure_table
 
@@ -64,6 +68,7 @@ MEASURES: dict[str, Callable[[Context], dict[str, Any]]] = {
     "d": pauses.measure_d,
     "e": snapshot.measure_e,
     "f": latency.measure_f,
+    "g": parallel.measure_g,
 }
 
 
@@ -102,7 +107,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--big-rows", type=int, default=5_000_000, help="rows of the second table of e.")
     ap.add_argument("--flavors", default="mariadb,mysql", type=lambda t: _list(t, env.FLAVORS, "flavours"))
-    ap.add_argument("--only", default="abcdef", type=_parts, help="parts to run, e.g. a,c (default: all)")
+    ap.add_argument("--only", default="abcdefg", type=_parts, help="parts to run, e.g. a,c (default: all)")
     ap.add_argument(
         "--chunk-size", type=int, default=int(DEFAULTS["snapshot"]["chunk_size"]), help="rows per chunk"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-PARTS = "abcdef"
+PARTS = "abcdefg"
 NAMES = {"mariadb": "MariaDB", "mysql": "MySQL"}
 ARROW, MINUS, TIMES, DASH = "\u2192", "\u2212", "\u00d7", "\u2013"
 LE, CHECK, CROSS = "\u2264", "\u2713", "\u2717"
@@ -154,7 +154,37 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             "f. rows/s gtidsnap sustained into Delta meanwhile",
             get("f", lambda p: _num(p.get("sustained_rows_per_s"))),
         ),
+        (
+            f"g. limit: bare keyset scan of {rows} rows, rows/s",
+            get("g", lambda p: _num(p["limit_rows_per_s"])),
+        ),
+        *[
+            (
+                f"g. snapshot {ARROW} JSON lines with {n} reader(s), rows/s (ratio to limit)",
+                get("g", lambda p, n=n: _by_readers(p, n)),
+            )
+            for n in ("0", "1", "2")
+        ],
+        (
+            "g. 2 readers under a 2,000 rows/s writer: rows/s (ratio to no writer); stream lag p50 / p99 s",
+            get("g", _under_writer_cell),
+        ),
     ]
+
+
+def _by_readers(part: dict[str, Any], n: str) -> str:
+    run = part.get("by_readers", {}).get(n)
+    if not isinstance(run, dict):
+        return DASH
+    return f"{_num(run.get('rows_per_s'))} ({_share(part.get('ratio_by_readers', {}).get(n))})"
+
+
+def _under_writer_cell(part: dict[str, Any]) -> str:
+    run = part.get("under_writer", {})
+    return (
+        f"{_num(run.get('rows_per_s'))} ({_share(part.get('ratio_under_writer'))}); "
+        f"{_num(run.get('lag_p50_s'), 2)} / {_num(run.get('lag_p99_s'), 2)}"
+    )
 
 
 def _rates(part: Any) -> list[dict[str, Any]]:

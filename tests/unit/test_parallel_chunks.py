@@ -379,12 +379,6 @@ def test_a_chunk_going_out_resets_the_shape_retries() -> None:
     assert isinstance(redo_once(rig, progress)[0], ChunksFailed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in gtidsnap/parallel_chunks.py _read_failed: a QueryError/FilterError ending a table does "
-    "not reset _schema_retries (plan's SnapshotFailed path and ChunkTaker._failed do), so the next "
-    "table gets fewer than SCHEMA_RETRIES shape retries",
-)
 def test_a_table_failing_on_a_refused_statement_leaves_the_next_table_every_shape_retry() -> None:
     rig = Rig(range(1, 11), in_flight=2)
     rig.replica.failure = SchemaError("changed")

@@ -1,0 +1,167 @@
+"""g. Parallel chunk readers (``snapshot.readers``): the snapshot by reader count, and under a writer.
+
+In this order, on the ``--rows`` table, every gtidsnap run a fresh ``run --snapshot --until-caught-up``
+into JSON lines (the real CLI):
+
+* the limit: the bare single-connection PyMySQL keyset scan (as in a.);
+* gtidsnap with each reader count of ``--readers`` (default 0, 1, 2; 0 reads chunks on the engine's
+  thread, pausing the stream), no writer;
+* the bare scan again (the limit is the mean of the two);
+* gtidsnap with ``LAG_READERS`` readers while a writer INSERTs ``LAG_RATE`` rows/s (20 rows per
+  transaction) into a second captured table: the stream's lag is each inserted row's time from its
+  source commit (the writer's wall clock right after COMMIT returned) to its line appearing in the
+  output file (a thread tails the file every 20 ms; the checkpoint interval is 0.1 s so the output is
+  flushed that often), p50 / p99 / max over the rows that reached the output before the run ended;
+  and the snapshot's rate against the same reader count's run with no writer.
+
+The issue's targets: with 2 readers >= 1.0 of the bare scan; under a 2,000 rows/s writer the lag
+< 1 s and the snapshot rate >= 0.8 of the no-writer rate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_lib import cli_run, writer
+from bench_lib.context import Context
+from bench_lib.env import DATABASE
+from bench_lib.snapshot import bare_scan
+from bench_lib.stats import mean, percentile, ratio
+from bench_lib.tables import recreate_empty
+
+log = logging.getLogger("bench.parallel")
+
+READER_COUNTS = (0, 1, 2)
+LAG_READERS = 2
+LAG_RATE = 2_000.0
+LAG_BATCH = 20
+LAG_TABLE = "lag_rows"
+TAIL_EVERY_S = 0.02
+
+
+class _Tail(threading.Thread):
+    """Notes when each line of ``table`` first appears in a growing JSON-lines file."""
+
+    def __init__(self, path: Path, table: str) -> None:
+        super().__init__(daemon=True)
+        self.path, self.table = path, table
+        self.seen: dict[int, float] = {}
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        offset, partial = 0, b""
+        while not self._stop.is_set():
+            if self.path.exists():
+                with self.path.open("rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+                now = time.time()
+                offset += len(data)
+                lines = (partial + data).split(b"\n")
+                partial = lines.pop()
+                for line in lines:
+                    if self.table.encode() in line:
+                        record = json.loads(line)
+                        if record.get("table") == self.table:
+                            self.seen.setdefault(int(record["key"][0]), now)
+            self._stop.wait(TAIL_EVERY_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+
+def _snapshot(ctx: Context, readers: int, name: str) -> dict[str, Any]:
+    work = ctx.work(name)
+    env = cli_run.cli_env(ctx.pair, work, "jsonl", [f"{DATABASE}.{ctx.table}"], ctx.chunk_size)
+    env["GTIDSNAP_SNAPSHOT_READERS"] = str(readers)
+    result = cli_run.run(
+        ["run", "--snapshot", f"{DATABASE}.{ctx.table}", "--until-caught-up"],
+        env,
+        ctx.log_path(name),
+        ctx.timeout,
+        checkpoint=work / "checkpoint.json",
+    )
+    facts = result.facts()
+    facts["readers"] = readers
+    facts["rows_per_s"] = round(ctx.rows / result.seconds(), 1) if not result.timed_out else 0.0
+    log.info(
+        "%s: %s: %.0f rows/s (peak RSS %.0f MB)", ctx.flavor, name, facts["rows_per_s"], facts["peak_rss_mb"]
+    )
+    return facts
+
+
+def _under_writer(ctx: Context) -> dict[str, Any]:
+    """The snapshot with LAG_READERS readers while the writer inserts into the captured LAG_TABLE."""
+    recreate_empty(ctx.pair, LAG_TABLE)
+    name = f"parallel-writer-{LAG_READERS}"
+    work = ctx.work(name)
+    commits_log = work.parent / f"{ctx.flavor}-{name}-commits.txt"
+    tail = _Tail(work / "changes.jsonl", f"{DATABASE}.{LAG_TABLE}")
+    tail.start()
+    w = writer.start(ctx.pair, LAG_TABLE, "insert", LAG_RATE, batch=LAG_BATCH, log=commits_log)
+    try:
+        facts = _snapshot_in(ctx, work, name)
+    finally:
+        written = w.stop()
+        tail.stop()
+    commits: dict[int, float] = {}
+    for line in commits_log.read_text(encoding="utf-8").splitlines():
+        first, count, at = line.split()
+        for i in range(int(first), int(first) + int(count)):
+            commits[i] = float(at)
+    lags = [tail.seen[i] - at for i, at in commits.items() if i in tail.seen]
+    facts.update(
+        writer=written,
+        rows_streamed=len(lags),
+        lag_p50_s=round(percentile(lags, 50), 3) if lags else None,
+        lag_p99_s=round(percentile(lags, 99), 3) if lags else None,
+        lag_max_s=round(max(lags), 3) if lags else None,
+    )
+    return facts
+
+
+def _snapshot_in(ctx: Context, work: Path, name: str) -> dict[str, Any]:
+    tables = [f"{DATABASE}.{ctx.table}", f"{DATABASE}.{LAG_TABLE}"]
+    env = cli_run.cli_env(ctx.pair, work, "jsonl", tables, ctx.chunk_size)
+    env["GTIDSNAP_SNAPSHOT_READERS"] = str(LAG_READERS)
+    env["GTIDSNAP_CHECKPOINT_INTERVAL_S"] = "0.1"
+    result = cli_run.run(
+        ["run", "--snapshot", f"{DATABASE}.{ctx.table}", "--until-caught-up"],
+        env,
+        ctx.log_path(name),
+        ctx.timeout,
+        checkpoint=work / "checkpoint.json",
+    )
+    facts = result.facts()
+    facts["readers"] = LAG_READERS
+    facts["rows_per_s"] = round(ctx.rows / result.seconds(), 1) if not result.timed_out else 0.0
+    log.info("%s: %s: %.0f rows/s under the writer", ctx.flavor, name, facts["rows_per_s"])
+    return facts
+
+
+def measure_g(ctx: Context, counts: tuple[int, ...] = READER_COUNTS) -> dict[str, Any]:
+    bare = [bare_scan(ctx, ctx.table)]
+    runs = {str(n): _snapshot(ctx, n, f"parallel-{n}") for n in counts}
+    bare.append(bare_scan(ctx, ctx.table))
+    limit = mean([b["rows_per_s"] for b in bare])
+    if str(LAG_READERS) not in runs:
+        runs[str(LAG_READERS)] = _snapshot(ctx, LAG_READERS, f"parallel-{LAG_READERS}")
+    loaded = _under_writer(ctx)
+    quiet = runs[str(LAG_READERS)]["rows_per_s"]
+    return {
+        "rows": ctx.rows,
+        "chunk_size": ctx.chunk_size,
+        "bare_scans": bare,
+        "limit_rows_per_s": round(limit, 1),
+        "by_readers": runs,
+        "ratio_by_readers": {n: ratio(r["rows_per_s"], limit) for n, r in runs.items()},
+        "under_writer": loaded,
+        "writer_rate": LAG_RATE,
+        "ratio_under_writer": ratio(loaded["rows_per_s"], quiet),
+    }
