@@ -51,11 +51,11 @@ class _Tail(threading.Thread):
         super().__init__(daemon=True)
         self.path, self.table = path, table
         self.seen: dict[int, float] = {}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         offset, partial = 0, b""
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             if self.path.exists():
                 with self.path.open("rb") as f:
                     f.seek(offset)
@@ -69,10 +69,10 @@ class _Tail(threading.Thread):
                         record = json.loads(line)
                         if record.get("table") == self.table:
                             self.seen.setdefault(int(record["key"][0]), now)
-            self._stop.wait(TAIL_EVERY_S)
+            self._halt.wait(TAIL_EVERY_S)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
 
