@@ -76,10 +76,16 @@ class _Tail(threading.Thread):
         self.join()
 
 
-def _snapshot(ctx: Context, readers: int, name: str) -> dict[str, Any]:
-    work = ctx.work(name)
-    env = cli_run.cli_env(ctx.pair, work, "jsonl", [f"{DATABASE}.{ctx.table}"], ctx.chunk_size)
+def _snapshot(ctx: Context, readers: int, name: str, work: Path | None = None) -> dict[str, Any]:
+    """``run --snapshot --until-caught-up`` of the table with ``readers``; ``work`` given: the run under
+    the writer (its table captured too, the output flushed every 0.1 s so the lag is the stream's)."""
+    under_writer = work is not None
+    work = work if work is not None else ctx.work(name)
+    tables = [f"{DATABASE}.{ctx.table}", *([f"{DATABASE}.{LAG_TABLE}"] if under_writer else [])]
+    env = cli_run.cli_env(ctx.pair, work, "jsonl", tables, ctx.chunk_size)
     env["GTIDSNAP_SNAPSHOT_READERS"] = str(readers)
+    if under_writer:
+        env["GTIDSNAP_CHECKPOINT_INTERVAL_S"] = "0.1"
     result = cli_run.run(
         ["run", "--snapshot", f"{DATABASE}.{ctx.table}", "--until-caught-up"],
         env,
@@ -106,7 +112,7 @@ def _under_writer(ctx: Context) -> dict[str, Any]:
     tail.start()
     w = writer.start(ctx.pair, LAG_TABLE, "insert", LAG_RATE, batch=LAG_BATCH, log=commits_log)
     try:
-        facts = _snapshot_in(ctx, work, name)
+        facts = _snapshot(ctx, LAG_READERS, name, work)
     finally:
         written = w.stop()
         tail.stop()
@@ -123,25 +129,6 @@ def _under_writer(ctx: Context) -> dict[str, Any]:
         lag_p99_s=round(percentile(lags, 99), 3) if lags else None,
         lag_max_s=round(max(lags), 3) if lags else None,
     )
-    return facts
-
-
-def _snapshot_in(ctx: Context, work: Path, name: str) -> dict[str, Any]:
-    tables = [f"{DATABASE}.{ctx.table}", f"{DATABASE}.{LAG_TABLE}"]
-    env = cli_run.cli_env(ctx.pair, work, "jsonl", tables, ctx.chunk_size)
-    env["GTIDSNAP_SNAPSHOT_READERS"] = str(LAG_READERS)
-    env["GTIDSNAP_CHECKPOINT_INTERVAL_S"] = "0.1"
-    result = cli_run.run(
-        ["run", "--snapshot", f"{DATABASE}.{ctx.table}", "--until-caught-up"],
-        env,
-        ctx.log_path(name),
-        ctx.timeout,
-        checkpoint=work / "checkpoint.json",
-    )
-    facts = result.facts()
-    facts["readers"] = LAG_READERS
-    facts["rows_per_s"] = round(ctx.rows / result.seconds(), 1) if not result.timed_out else 0.0
-    log.info("%s: %s: %.0f rows/s under the writer", ctx.flavor, name, facts["rows_per_s"])
     return facts
 
 
