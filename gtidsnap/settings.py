@@ -6,7 +6,6 @@ result the code uses is :class:`gtidsnap.config.Config`."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -27,7 +26,7 @@ _SHOW_MAX = 80  # longest value quoted in an error
 _CONNECTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ConnectionSettings)}
 # PyMySQL refuses a connect_timeout above a year (ValueError at connect time).
 _PYMYSQL_MAX_CONNECT_TIMEOUT_S = 31_536_000
-MAX_READERS = 64  # most chunk reader processes (snapshot.readers); the default never exceeds it either
+MAX_READERS = 64  # most chunk reader processes (snapshot.readers)
 
 
 def show_value(value: Any) -> str:
@@ -87,23 +86,6 @@ def _readable_ca(value: str) -> str:
         except OSError as exc:
             raise ValueError(f"the CA file {show_value(value)} cannot be read: {exc.strerror}") from None
     return value
-
-
-def _usable_cores() -> int | None:
-    """The cores this process may run on (its CPU affinity, e.g. taskset or a cpuset), else the
-    machine's; None when unknown."""
-    counter = getattr(os, "process_cpu_count", None)  # Python 3.13+: the affinity where there is one
-    if counter is not None:
-        count: int | None = counter()
-        return count
-    if hasattr(os, "sched_getaffinity"):  # Linux and most Unixes
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count()
-
-
-def default_readers() -> int:
-    """Cores - 1, at least 1: one core stays for the engine's loop (stream decode, window, sink)."""
-    return min(MAX_READERS, max(1, (_usable_cores() or 2) - 1))
 
 
 def _lower(value: Any) -> Any:
@@ -180,11 +162,11 @@ class SnapshotSection(_Section):
         default=0.0, ge=0, description="pause between chunks, to spare a busy replica (milliseconds)"
     )
     readers: int = Field(
-        default_factory=default_readers,
+        default=0,
         ge=0,
         le=MAX_READERS,
         description="chunk reader processes (0: read chunks on the engine's thread, pausing the stream); "
-        "default: cores - 1",
+        "opt-in while its open scenarios are fixed (README: parallel chunk readers)",
     )
 
 

@@ -5,7 +5,6 @@ once, in the models; the password never shows."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from gtidsnap.config import (
 from gtidsnap.connection import ConnectionSettings, Secret, TlsMode
 from gtidsnap.errors import ConfigError
 from gtidsnap.model import TableId
-from gtidsnap.settings import default_readers
 
 PASSWORD = "hunter2-Sup3r-s3cret"
 
@@ -379,20 +377,9 @@ def test_zero_readers_is_the_engine_thread(tmp_path: Path) -> None:
     assert load_config(None, {}, {"snapshot.readers": 0}).snapshot.readers == 0
 
 
-def test_default_readers_is_cores_minus_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    cores = len(os.sched_getaffinity(0))  # Linux: the cores this process may run on
-    assert load_config(None, {}).snapshot.readers == max(1, cores - 1) >= 1
-    assert SnapshotSettings().readers == DEFAULTS["snapshot"]["readers"] == max(1, cores - 1)
-    # the cores this process may use (its affinity), less one for the engine's loop, at least one
-    monkeypatch.delattr(os, "process_cpu_count", raising=False)  # Python 3.13+ reads the affinity too
-    for usable, readers in ((8, 7), (2, 1), (1, 1), (128, 64)):  # never past the limit
-        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=usable: set(range(n)))
-        assert default_readers() == readers
-        assert SnapshotSection().readers == readers
-    monkeypatch.delattr(os, "sched_getaffinity")
-    for count, readers in ((16, 15), (1, 1), (None, 1)):
-        monkeypatch.setattr(os, "cpu_count", lambda n=count: n)
-        assert default_readers() == readers
+def test_readers_default_to_the_engine_thread() -> None:
+    assert load_config(None, {}).snapshot.readers == 0
+    assert SnapshotSettings().readers == DEFAULTS["snapshot"]["readers"] == 0
 
 
 def test_int_is_a_number_for_float_settings(tmp_path: Path) -> None:

@@ -289,7 +289,7 @@ def check_output(records: list[dict[str, Any]], world: World) -> None:
     assert replay == world.table
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     rows=st.integers(0, 40),
