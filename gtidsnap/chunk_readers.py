@@ -45,6 +45,7 @@ from gtidsnap.errors import (
 )
 from gtidsnap.model import Key
 from gtidsnap.plan import RawKey
+from gtidsnap.ports import ReplicaPort
 from gtidsnap.schema import TableSchema
 
 log = logging.getLogger(__name__)
@@ -86,22 +87,7 @@ class ChunkRead:
         return self.error_type is not None
 
 
-class ReplicaReads(Protocol):
-    """What a reader needs of a replica (gtidsnap.replica.Replica)."""
-
-    def select_chunk(
-        self,
-        schema: TableSchema,
-        after: RawKey | None,
-        upto: RawKey,
-        limit: int | None,
-        condition: str | None = None,
-    ) -> Any: ...
-
-    def executed_text(self) -> str: ...
-
-
-def read_chunk(replica: ReplicaReads, job: ChunkJob) -> ChunkRead:
+def read_chunk(replica: ReplicaPort, job: ChunkJob) -> ChunkRead:
     """One job on ``replica``: the SELECT, then the executed set (so ``hw`` covers the SELECT)."""
     started = time.perf_counter()
     try:
@@ -241,7 +227,7 @@ class InlineChunkReaders:
     """Jobs run on ``replica`` in the caller's thread when :meth:`finish` says so (unit tests), or at
     once on :meth:`collect` with ``eager``."""
 
-    replica: ReplicaReads
+    replica: ReplicaPort
     readers: int = 2
     eager: bool = True
     queued: list[ChunkJob] = field(default_factory=list)

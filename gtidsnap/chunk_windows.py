@@ -106,6 +106,11 @@ class ChunkWindows:
         self._next_id += 1
         return window.id
 
+    def low_watermark(self, window_id: int) -> GtidSet | None:
+        """The ``lw`` window ``window_id`` opened at (None once it went out or was dropped)."""
+        window = self._windows.get(window_id)
+        return None if window is None else window.lw
+
     def rows_read(self, window_id: int, rows: Iterable[tuple[Key, Row]], hw: GtidSet) -> tuple[Output, ...]:
         """The reader's rows and ``hw`` (executed after the SELECT, minus ``lw``). The window is ready at
         once when the stream has already passed ``hw``, and goes out when every earlier one has."""

@@ -58,6 +58,8 @@ from gtidsnap.model import (
     BinlogEvent,
     ChunkDiscarded,
     ChunkEmitted,
+    Key,
+    Row,
     RowChange,
     SchemaChange,
     TableId,
@@ -67,7 +69,7 @@ from gtidsnap.model import (
 )
 from gtidsnap.parallel_chunks import ChunkOut, ChunksFailed, ChunksPlanned, ChunksRedone, ParallelChunks
 from gtidsnap.parallel_chunks import Output as ParallelOutput
-from gtidsnap.plan import InFlightChunk, SnapshotContext, TableProgress
+from gtidsnap.plan import InFlightChunk, RawKey, SnapshotContext, TableProgress
 from gtidsnap.ports import (
     CheckpointPort,
     DrainingSink,
@@ -437,34 +439,28 @@ class Engine:
 
     def _records_of_range(self, chunk: ChunkOut) -> list[Record]:
         """A parallel reader's chunk goes out: its rows, then the table's progress after its range."""
-        progress = self._progress_of(chunk.table)
-        key = self.schemas.get(chunk.table).key
-        rows = (row for _, row in chunk.rows)
-        records = snapshot_records(chunk.table, rows, key, self.seq, progress.fresh, int(time.time()))
-        self.seq += len(records)
-        progress = progress.chunk_read(chunk.upto, len(records))
-        if records:
-            self.context = self.context.emitted(chunk.table)
-        self.context = self._finish(progress) if chunk.last else self.context.update(progress)
-        self.stats.chunks += 1
-        self.stats.snapshot_rows += len(records)
-        self._report()
-        return records
+        return self._chunk_records(self._progress_of(chunk.table), chunk.rows, chunk.upto, chunk.last)
 
     def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Record]:
-        assert self._chunk is not None
-        progress = self._chunk.progress
-        key = self.schemas.get(chunk.table).key
-        rows = (row for _, row in chunk.rows)
-        records = snapshot_records(chunk.table, rows, key, self.seq, progress.fresh, int(time.time()))
+        in_flight, self._chunk = self._chunk, None
+        assert in_flight is not None
+        return self._chunk_records(in_flight.progress, chunk.rows, in_flight.last_raw_key, in_flight.last)
+
+    def _chunk_records(
+        self, progress: TableProgress, rows: Iterable[tuple[Key, Row]], next_after: RawKey | None, last: bool
+    ) -> list[Record]:
+        """A chunk's surviving rows as records; the table's progress moves past it (done if ``last``)."""
+        table = progress.table
+        key = self.schemas.get(table).key
+        values = (row for _, row in rows)
+        records = snapshot_records(table, values, key, self.seq, progress.fresh, int(time.time()))
         self.seq += len(records)
-        progress = progress.chunk_read(self._chunk.last_raw_key, len(records))
+        progress = progress.chunk_read(next_after, len(records))
         if records:
-            self.context = self.context.emitted(chunk.table)
-        self.context = self._finish(progress) if self._chunk.last else self.context.update(progress)
+            self.context = self.context.emitted(table)
+        self.context = self._finish(progress) if last else self.context.update(progress)
         self.stats.chunks += 1
         self.stats.snapshot_rows += len(records)
-        self._chunk = None
         self._report()
         return records
 

@@ -24,10 +24,8 @@ What can go wrong with a chunk, and what becomes of it (returned as plain data f
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from gtidsnap.chunk_readers import ChunkJob, ChunkRead, ChunkReaderPool, rebuilt_error
 from gtidsnap.chunk_taker import SCHEMA_RETRIES, ShapeChanged, SnapshotDone, SnapshotFailed
@@ -37,24 +35,13 @@ from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError,
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.model import BinlogEvent, Key, Row, TableId
 from gtidsnap.plan import RawKey, TableProgress
+from gtidsnap.ports import ReplicaPort
 from gtidsnap.run_stats import ReaderThroughput
 from gtidsnap.schema_cache import SchemaCache
 
 log = logging.getLogger(__name__)
 
 POOL_RESTARTS = 3  # reader pools that die in a row, without a chunk going out between, before giving up
-
-
-class RangeReplica(Protocol):
-    """What planning needs of the replica (gtidsnap.replica.Replica)."""
-
-    flavor: Any
-
-    def executed(self) -> GtidSet: ...
-    def max_key(self, schema: Any, condition: str | None = None) -> RawKey | None: ...
-    def chunk_end(
-        self, schema: Any, after: RawKey | None, upto: RawKey, size: int, condition: str | None = None
-    ) -> RawKey | None: ...
 
 
 @dataclass(frozen=True)
@@ -118,7 +105,7 @@ class ParallelChunks:
 
     def __init__(
         self,
-        replica: RangeReplica,
+        replica: ReplicaPort,
         readers: ChunkReaderPool,
         schemas: SchemaCache,
         processed: GtidSet,
@@ -132,12 +119,9 @@ class ParallelChunks:
         self.in_flight = in_flight if in_flight is not None else 2 * readers.size
         self.throughput: dict[int, ReaderThroughput] = {}
         self._planned: dict[int, _Planned] = {}
-        self._lw: dict[int, GtidSet] = {}
         self._frontier = _Frontier()
         self._schema_retries = 0
         self._pool_restarts = 0
-        self.redone = 0  # windows dropped and read again (DDL, shape changes, dead readers)
-        self._started = time.monotonic()
 
     # ------------------------------------------------------------------ planning
     def has_room(self, table: TableId) -> bool:
@@ -177,7 +161,6 @@ class ParallelChunks:
                 upto = tuple(progress.max_key) if end is None else tuple(end)
                 window = self.windows.open(table, lw)
                 self._planned[window] = _Planned(table, upto, last)
-                self._lw[window] = lw
                 self.readers.submit(ChunkJob(window, schema, frontier.after, upto, progress.condition))
                 frontier.after, frontier.ended = upto, last
                 opened += 1
@@ -224,7 +207,8 @@ class ParallelChunks:
         stats.rows += len(read.rows)
         stats.chunks += 1
         stats.busy_s += read.seconds
-        lw = self._lw[read.window]
+        lw = self.windows.low_watermark(read.window)
+        assert lw is not None  # planned windows are open windows
         hw = parse_gtid_set(str(self.replica.flavor), read.executed) - lw
         return self._mapped(self.windows.rows_read(read.window, read.rows, hw))
 
@@ -271,8 +255,6 @@ class ParallelChunks:
         dropped = [w for w, p in self._planned.items() if p.table == table]
         for window in dropped:
             del self._planned[window]
-            self._lw.pop(window, None)
-        self.redone += len(dropped)
         if self._frontier.table == table:
             self._frontier = _Frontier()
         return self._mapped(self.windows.abandon(*dropped))  # all at once: none of the table goes out
@@ -282,7 +264,6 @@ class ParallelChunks:
         for item in outputs:
             if isinstance(item, WindowEmitted):
                 planned = self._planned.pop(item.window)
-                self._lw.pop(item.window, None)
                 self._schema_retries = 0
                 self._pool_restarts = 0
                 out.append(ChunkOut(item.table, item.rows, planned.upto, planned.last))
