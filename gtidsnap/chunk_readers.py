@@ -201,7 +201,8 @@ class ProcessChunkReaders:
             log.warning("a chunk reader process died; its pool is started again and the chunks read again")
             self._drop_pool()
             return [], True
-        self._futures = [f for f in self._futures if not f.done()]
+        # Keep exactly the futures not read above: one finishing meanwhile is read next time, never lost.
+        self._futures = [f for f in self._futures if f not in done]
         return reads, False
 
     def _drop_pool(self) -> None:

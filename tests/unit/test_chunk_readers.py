@@ -10,6 +10,7 @@ import pickle
 import socket
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,3 +236,29 @@ def test_process_readers_send_a_refused_connection_back_as_the_jobs_failure() ->
     finally:
         readers.close()
     assert readers._pool is None
+
+
+class _LateFuture(Future[ChunkRead]):
+    """Not done when collect() first looks, done right after: a read finishing during a collection."""
+
+    def __init__(self, read: ChunkRead) -> None:
+        super().__init__()
+        self.set_result(read)
+        self.looks = 0
+
+    def done(self) -> bool:
+        self.looks += 1
+        return self.looks > 1
+
+
+def test_a_read_finishing_during_a_collection_is_collected_next_time_not_lost() -> None:
+    settings = ConnectionSettings("127.0.0.1", 1, "u", Secret("p"))
+    readers = ProcessChunkReaders(settings, readers=1)
+    on_time: Future[ChunkRead] = Future()
+    on_time.set_result(ChunkRead(1, executed=EXECUTED))
+    late = _LateFuture(ChunkRead(2, executed=EXECUTED))
+    readers._futures = [on_time, late]
+    first, broken = readers.collect()
+    assert [r.window for r in first] == [1] and not broken
+    second, _ = readers.collect()
+    assert [r.window for r in second] == [2], "the late read was dropped"
