@@ -78,6 +78,7 @@ class _Window:
     seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
     rows: dict[Key, Row] | None = None  # None until the reader's rows arrive
     hw: GtidSet | None = None
+    fence: GtidSet | None = None  # lw | hw, once hw is known: the stream must process all of it
     ready: bool = False  # rows known and the stream past hw: it goes out once every earlier window has
 
 
@@ -117,8 +118,8 @@ class ChunkWindows:
         window = self._windows.get(window_id)
         if window is None:
             return ()  # discarded meanwhile: the rows are stale
-        window.rows, window.hw = dict(rows), hw
-        if window.lw | hw <= self.processed or window.seen - hw:  # caught up, or a commit past hw seen
+        window.rows, window.hw, window.fence = dict(rows), hw, window.lw | hw
+        if window.fence <= self.processed or window.seen - hw:  # caught up, or a commit past hw seen
             window.ready = True
         return self._release()
 
@@ -158,7 +159,7 @@ class ChunkWindows:
         if isinstance(event, TxCommit):
             self.processed = self.processed.add(gtid)
             for window in self._windows.values():
-                if window.hw is not None and window.lw | window.hw <= self.processed:
+                if window.fence is not None and not window.ready and window.fence <= self.processed:
                     window.ready = True
         after.extend(self._release())
         return (*before, event, *after)
