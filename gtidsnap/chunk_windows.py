@@ -4,11 +4,15 @@
 selected. Here any number of chunks are read meanwhile, each by its own reader with its own
 watermarks, and the stream goes on:
 
-1. The engine reads ``lw``, the replica's executed set, and opens a window (:meth:`ChunkWindows.open`)
-   before the stream processes anything more: so every transaction the stream has processed is in
-   ``lw`` (checked), and every one it processes from now on and is not in ``lw`` is seen here.
-2. From then on, every row change on the window's table whose transaction is not in ``lw`` records
-   the keys it touches (old and new, for a key update). Nothing waits: the change goes out as usual.
+1. The engine reads ``lw``, the replica's executed set, once every transaction the stream has
+   processed is visible to a new read (:mod:`gtidsnap.low_watermark`), and opens a window
+   (:meth:`ChunkWindows.open`) before the stream processes anything more: so every transaction the
+   stream has processed is in ``lw`` (checked) and in the chunk, and every one it processes from now
+   on is seen here.
+2. From then on, every row change on the window's table records the keys it touches (old and new,
+   for a key update), in ``lw`` or not: ``lw`` may name a transaction the read does not see yet
+   (MariaDB's ``gtid_binlog_pos`` grows before the engine commit). Nothing waits: the change goes
+   out as usual.
 3. A reader SELECTs the chunk, then reads the executed set again: ``hw`` is what it added to ``lw``.
    The rows and ``hw`` reach the window later, in any order with the other windows
    (:meth:`ChunkWindows.rows_read`).
@@ -20,8 +24,9 @@ watermarks, and the stream goes on:
 
 Why removing every key changed since ``lw`` (more than the single-window rule removes) is safe: each
 such change was already emitted with the row's full image (or its delete), so the chunk's copy adds
-nothing; and a surviving row was changed by no transaction from ``lw`` to the point it goes out,
-while the SELECT saw every transaction of ``lw``: it is the row as of that point. Nothing rewinds,
+nothing; and a surviving row was changed by no transaction from the window's opening to the point it
+goes out, while the SELECT saw every transaction emitted before the opening: it is the row as of
+that point. Nothing rewinds,
 nothing is lost (a row never changed since ``lw`` is in the chunk; one changed since is in the
 stream), and each change goes out once, whatever the number of windows.
 
@@ -150,11 +155,9 @@ class ChunkWindows:
             for window in self._of_table(event.tables):
                 after.append(self._discard(window, event))
         for window in self._windows.values():  # waiting ones too: they go out after this event
-            if gtid in window.lw:
-                continue
             if isinstance(event, RowChange) and event.table == window.table:
-                window.changed.update(event.touched_keys())
-            elif isinstance(event, TxCommit):
+                window.changed.update(event.touched_keys())  # in lw too: the read may not have seen it
+            elif isinstance(event, TxCommit) and gtid not in window.lw:
                 self._note_seen(window, gtid)
         if isinstance(event, TxCommit):
             self.processed = self.processed.add(gtid)

@@ -7,11 +7,15 @@ The engine pauses binlog processing and reads the replica's executed GTID set: t
 the executed set again and subtracts ``lw``: the high watermark ``hw``, every transaction that may
 or may not be visible in the chunk. It resumes the stream and hands this window every event.
 
-* An event whose transaction is in ``lw`` is older than the chunk: it passes through and does not
-  touch the chunk (the chunk already holds its effect or something newer).
-* The first event not in ``lw`` opens the window. From then on every row change on the chunk's
-  table removes the changed keys (old and new, for a key update) from the chunk: the change itself
-  carries that row's newer full image, so the chunk's copy is no longer needed and may be stale.
+* Before ``lw`` is read, every transaction the stream has processed is visible to a new read
+  (:mod:`gtidsnap.low_watermark` waits for it: servers send a transaction to binlog readers before
+  a SELECT can see it). So the chunk holds the effect of everything emitted before it.
+* Every row change on the chunk's table the window meets removes the changed keys (old and new, for
+  a key update) from the chunk: the change itself carries that row's full image, so the chunk's copy
+  is not needed and may be stale. That holds for a change in ``lw`` too: MariaDB names a transaction
+  in ``gtid_binlog_pos`` before a read can see it (measured: a SELECT right after missed one in ~1,000
+  reads under a busy writer), so a transaction of ``lw`` may be missing from the chunk.
+* The first event not in ``lw`` opens the window (the state; an ``lw`` event does not).
 * The window closes when the stream has processed all of ``lw`` and ``hw``: right after the commit
   that completes them, or at a heartbeat once the stream has seen, inside the window, a transaction
   at or beyond ``hw``'s highest number for every source (so a ``hw`` member that never reaches the
@@ -27,9 +31,9 @@ or may not be visible in the chunk. It resumes the stream and hands this window 
   DDL without the new column). The engine reads the table's shape again and selects the same chunk
   with fresh watermarks once the stream is past the DDL, so the same DDL cannot discard it twice.
 
-Why this never rewinds a row: a surviving chunk row was not changed by any transaction between
-``lw`` and the point it is emitted, and every transaction emitted after it is past ``hw``, so it
-is newer than the SELECT.
+Why this never rewinds a row: the SELECT saw every transaction emitted before the window, a
+surviving chunk row was not changed by any transaction the window met before emitting it, and every
+transaction emitted after it is past ``hw``, so it is newer than the SELECT.
 
 Several sources (uuids, tags, MariaDB domains) may commit inside one window. The rule is by set,
 not by order of arrival: the window waits only for the members of ``hw``; a transaction of any
@@ -113,7 +117,9 @@ class ChunkWindow:
             return self._discard(event)
         gtid = event.gtid
         if gtid in self.lw:
-            if isinstance(event, TxCommit):
+            if isinstance(event, RowChange) and event.table == self.table:
+                self._drop(event)  # lw may name a transaction the SELECT did not see yet (module docstring)
+            elif isinstance(event, TxCommit):
                 self._processed = self._processed.add(gtid)
                 if self._target <= self._processed:
                     return (event, *self._close())
@@ -122,14 +128,17 @@ class ChunkWindow:
             return (*self._close(), event)  # the first event past hw
         self.state = WindowState.OPEN
         if isinstance(event, RowChange) and event.table == self.table:
-            for key in event.touched_keys():
-                self._rows.pop(key, None)
+            self._drop(event)
         elif isinstance(event, TxCommit):
             self._note_seen(gtid)
             self._processed = self._processed.add(gtid)
             if self._target <= self._processed:
                 return (event, *self._close())
         return (event,)
+
+    def _drop(self, event: RowChange) -> None:
+        for key in event.touched_keys():
+            self._rows.pop(key, None)
 
     def _discard(self, event: SchemaChange) -> tuple[WindowOutput, ...]:
         self.state = WindowState.DISCARDED

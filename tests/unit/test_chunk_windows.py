@@ -36,6 +36,7 @@ class Reader:
     lo: int
     hi: int
     lw_count: int
+    floor: int  # transactions the stream had processed (or begun) when the window opened
     rows: dict[int, int] | None = None  # what its SELECT saw
     hw: GtidSet | None = None
 
@@ -105,10 +106,14 @@ class World:
     def open_window(self) -> None:
         lo, hi = self.pending.pop(self.rnd.randrange(len(self.pending)))
         window = self.windows.open(T, self.executed())
-        self.readers[window] = Reader(window, lo, hi, self.txs)
+        floor = self.processed_count() + self.in_tx
+        self.readers[window] = Reader(window, lo, hi, self.txs, floor)
 
     def select(self, reader: Reader) -> None:
-        reader.rows = {k: v for k, v in self.table.items() if reader.lo < k <= reader.hi}
+        """The SELECT sees every transaction the stream had processed, but maybe not all of ``lw``: a
+        server names a transaction in its executed set before a read can see it (MariaDB)."""
+        state = self.states[self.rnd.randint(reader.floor, self.txs)]
+        reader.rows = {k: v for k, v in state.items() if reader.lo < k <= reader.hi}
 
     def read_hw(self, reader: Reader) -> None:
         reader.hw = self.executed() - gtid_set(START + reader.lw_count)
@@ -166,9 +171,11 @@ class World:
         if not self.in_tx:
             self.check_no_rewind()
 
+    def processed_count(self) -> int:
+        return sum(1 for e in self.events[: self.position] if isinstance(e, TxCommit))
+
     def processed_state(self) -> dict[int, int]:
-        done = sum(1 for e in self.events[: self.position] if isinstance(e, TxCommit))
-        return self.states[done]
+        return self.states[self.processed_count()]
 
     def check_no_rewind(self) -> None:
         """At a transaction boundary every key of an emitted range is exactly as of what was processed."""

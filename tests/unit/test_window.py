@@ -65,8 +65,8 @@ def test_empty_hw_waits_for_the_stream_to_reach_lw_then_emits_after_that_commit(
     events = tx(g(A, 6), upd(g(A, 6), 1)) + tx(g(A, 7), upd(g(A, 7), 2))
     out = run(w, events)
     i, chunk = chunk_at(out)
-    assert out[:i] == events[:3], "the lw transaction goes first and does not touch the chunk"
-    assert [k for k, _ in chunk.rows] == [(1,), (2,), (3,)]
+    assert out[:i] == events[:3], "the lw transaction goes first and takes the key it changed"
+    assert [k for k, _ in chunk.rows] == [(2,), (3,)]
     assert out[i + 1 :] == events[3:]
 
 
@@ -101,10 +101,12 @@ def test_key_update_removes_old_and_new_key() -> None:
     assert [k for k, _ in chunk_at(out)[1].rows] == [(1,), (3,)]
 
 
-def test_lw_changes_on_chunk_keys_do_not_remove_them() -> None:
+def test_lw_changes_the_stream_meets_after_the_pause_remove_their_keys_too() -> None:
+    """MariaDB names a transaction in gtid_binlog_pos before a read can see it: the chunk may lack
+    transaction 6 of lw, so its copy of key 1 may be older than the change the stream emits."""
     w = ChunkWindow(T, ROWS, lw=s(f"{A}:1-6"), hw=s(f"{A}:7"), processed=s(f"{A}:1-5"))
     out = run(w, tx(g(A, 6), upd(g(A, 6), 1)) + tx(g(A, 7), upd(g(A, 7), 3)))
-    assert [k for k, _ in chunk_at(out)[1].rows] == [(1,), (2,)]
+    assert [k for k, _ in chunk_at(out)[1].rows] == [(2,)]
 
 
 def test_several_sources_in_hw_close_on_the_set_not_the_order() -> None:
