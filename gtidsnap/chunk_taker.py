@@ -1,6 +1,7 @@
 """Taking one chunk between two watermarks, and what became of the attempt.
 
-Steps 1-3 of the watermark algorithm: the low watermark (the replica's executed set), the keyset
+Steps 1-3 of the watermark algorithm: the low watermark (the replica's executed set, once what the
+stream processed is visible: :mod:`gtidsnap.low_watermark`), the keyset
 SELECT of the next chunk, the high watermark (the executed set now, minus the low one). The stream
 is not read meanwhile: that is the "pause". What the attempt came to is returned as plain data
 (:data:`TakeOutcome`) for the engine to apply to its snapshot context; the only state kept here is
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError
 from gtidsnap.gtid import GtidSet
+from gtidsnap.low_watermark import LowWatermark
 from gtidsnap.model import TableId
 from gtidsnap.plan import TableProgress
 from gtidsnap.ports import ChunkRows, ReplicaPort
@@ -68,24 +70,28 @@ class ChunkTaker:
 
     def __init__(self, replica: ReplicaPort, schemas: SchemaCache, pauses_s: list[float]) -> None:
         self.replica = replica
+        self.low_watermark = LowWatermark(replica)
         self.schemas = schemas
         self.pauses_s = pauses_s  # how long each chunk kept the stream paused (RunStats.chunk_pause_s)
         self._schema_retries = 0
 
-    def take(self, progress: TableProgress, first_snapshot: bool, chunk_size: int) -> TakeOutcome:
+    def take(
+        self, progress: TableProgress, first_snapshot: bool, chunk_size: int, processed: GtidSet
+    ) -> TakeOutcome:
         """The next chunk of ``progress``'s table; ``first_snapshot``: no earlier snapshot of this
-        table went to the output (a fresh one may be appended rather than merged)."""
+        table went to the output (a fresh one may be appended rather than merged); ``processed``:
+        what the stream has processed (the SELECT must see all of it)."""
         try:
             schema = self.schemas.get(progress.table)
             condition = progress.condition  # checked by the chunk SQL: FilterError fails the snapshot
+            paused_at = time.monotonic()
+            lw = self.low_watermark.read(processed)  # first: the greatest key must see what was streamed
             if not progress.started:
                 progress = progress.begun(self.replica.max_key(schema, condition), first_snapshot)
                 if progress.done:
                     log.info("%s is empty: snapshot done", progress.table)
                     return SnapshotDone(progress, selected=False)
             assert progress.max_key is not None
-            paused_at = time.monotonic()
-            lw = self.replica.executed()
             try:
                 chunk = self.replica.select_chunk(
                     schema, progress.last_key, progress.max_key, chunk_size, condition

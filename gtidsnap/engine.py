@@ -54,6 +54,7 @@ from gtidsnap.committer import BackgroundCommitter, commit_then_save
 from gtidsnap.errors import CheckpointError, SchemaError, stored_reason
 from gtidsnap.gtid import GtidSet
 from gtidsnap.loop_step import EngineSettings, LoopFacts, Step, commit_due, next_step
+from gtidsnap.low_watermark import executed_covering
 from gtidsnap.model import (
     BinlogEvent,
     ChunkDiscarded,
@@ -150,9 +151,8 @@ class Engine:
             self._commit()  # so a crash before the first commit resumes from here, not later
         else:
             replica = self.replica
-            problem = resume_problem(
-                checkpoint, flavor, replica.executed(), replica.purged(), replica.describe()
-            )
+            executed = executed_covering(replica, checkpoint.processed)
+            problem = resume_problem(checkpoint, flavor, executed, replica.purged(), replica.describe())
             if problem is not None:
                 raise CheckpointError(f"checkpoint {self.store.path} cannot be continued: {problem}")
             self.processed = checkpoint.processed
@@ -324,7 +324,7 @@ class Engine:
         progress = self.context.current()
         assert progress is not None
         outcome = self._chunks.take(
-            progress, self.context.first_snapshot(progress.table), self.settings.chunk_size
+            progress, self.context.first_snapshot(progress.table), self.settings.chunk_size, self.processed
         )
         if isinstance(outcome, ShapeChanged):
             self.context = self.context.update(outcome.progress)

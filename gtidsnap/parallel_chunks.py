@@ -33,6 +33,7 @@ from gtidsnap.chunk_windows import ChunkWindows, WindowDiscarded, WindowEmitted
 from gtidsnap.chunk_windows import Output as WindowsOutput
 from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
+from gtidsnap.low_watermark import LowWatermark
 from gtidsnap.model import BinlogEvent, Key, Row, TableId
 from gtidsnap.plan import RawKey, TableProgress
 from gtidsnap.ports import ReplicaPort
@@ -122,6 +123,7 @@ class ParallelChunks:
         self._frontier = _Frontier()
         self._schema_retries = 0
         self._pool_restarts = 0
+        self.low_watermark = LowWatermark(replica)
 
     # ------------------------------------------------------------------ planning
     def has_room(self, table: TableId) -> bool:
@@ -142,6 +144,7 @@ class ParallelChunks:
         table = progress.table
         try:
             schema = self.schemas.get(table)
+            lw = self.low_watermark.read(self.windows.processed)  # first: max_key must see what was streamed
             if not progress.started:
                 progress = progress.begun(self.replica.max_key(schema, progress.condition), first_snapshot)
                 if progress.done:
@@ -150,7 +153,6 @@ class ParallelChunks:
             assert progress.max_key is not None
             if self._frontier.table != table:
                 self._frontier = _Frontier(table, progress.last_key)
-            lw = self.replica.executed()
             opened = 0
             frontier = self._frontier
             while opened < most and not frontier.ended and len(self._planned) < self.in_flight:

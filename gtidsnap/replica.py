@@ -273,6 +273,19 @@ class Replica:
             )
         return parse_gtid_set("mysql", str(rows[0].get("Executed_Gtid_Set") or ""))
 
+    def executed_and_visible(self) -> tuple[GtidSet, GtidSet]:
+        """The executed set and the transactions a new read is sure to see, in one round trip. MySQL adds
+        a GTID to its executed set after the engine commit: the same set. MariaDB's ``gtid_binlog_pos``
+        grows before the engine commit; ``gtid_current_pos`` follows the applier's commits on a replica."""
+        if self.flavor == "mysql":
+            executed = self.executed()
+            return executed, executed
+        row = self._fetch_one(
+            "SELECT @@global.gtid_binlog_pos, @@global.gtid_current_pos", [], "reading gtid_binlog_pos"
+        )
+        binlog, current = (str(v) if v is not None else "" for v in (row or (None, None)))
+        return parse_gtid_set("mariadb", binlog), parse_gtid_set("mariadb", current)
+
     def executed_text(self) -> str:
         """:meth:`executed` as text, to cross a process boundary (a chunk reader's high watermark)."""
         return str(self.executed())

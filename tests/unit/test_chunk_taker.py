@@ -23,6 +23,7 @@ from gtidsnap.schema_cache import SchemaCache
 T = TableId("shop", "orders")
 U = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 SCHEMA = TableSchema(T, (Column("id", "int", "int"),), ("id",))
+NOTHING = MysqlGtidSet()  # what the stream processed: the fake's executed set always covers it
 
 
 @dataclass
@@ -51,6 +52,10 @@ class ScriptedReplica:
         self.calls.append("executed")
         self.gno += 1
         return MysqlGtidSet.parse(f"{U}:1-{self.gno}")
+
+    def executed_and_visible(self) -> tuple[GtidSet, GtidSet]:
+        executed = self.executed()
+        return executed, executed
 
     def purged(self) -> GtidSet:
         return MysqlGtidSet()
@@ -85,9 +90,9 @@ def taker(replica: ScriptedReplica) -> tuple[ChunkTaker, list[float]]:
 def test_a_chunk_is_selected_between_the_watermarks_and_hw_excludes_lw() -> None:
     replica = ScriptedReplica(keys=[1, 2, 3])
     chunks, pauses = taker(replica)
-    outcome = chunks.take(TableProgress(T), first_snapshot=True, chunk_size=2)
+    outcome = chunks.take(TableProgress(T), first_snapshot=True, chunk_size=2, processed=NOTHING)
     assert isinstance(outcome, ChunkTaken)
-    assert replica.calls == ["max_key", "executed", "select", "executed"]
+    assert replica.calls == ["executed", "max_key", "select", "executed"]
     assert str(outcome.lw) == f"{U}:1-11" and str(outcome.hw) == f"{U}:12"
     assert outcome.chunk.count == 2 and outcome.progress.started and outcome.progress.max_key == (3,)
     assert outcome.progress.fresh and len(pauses) == 1
@@ -95,30 +100,30 @@ def test_a_chunk_is_selected_between_the_watermarks_and_hw_excludes_lw() -> None
 
 def test_an_empty_table_is_done_without_a_select_and_an_exhausted_one_after_it() -> None:
     replica = ScriptedReplica(keys=[])
-    empty = taker(replica)[0].take(TableProgress(T), first_snapshot=False, chunk_size=2)
+    empty = taker(replica)[0].take(TableProgress(T), first_snapshot=False, chunk_size=2, processed=NOTHING)
     assert isinstance(empty, SnapshotDone) and not empty.selected and "select" not in replica.calls
     replica = ScriptedReplica(keys=[1])
     done = TableProgress(T).begun((1,), False).chunk_read((1,), 1)
-    exhausted = taker(replica)[0].take(done, first_snapshot=False, chunk_size=2)
+    exhausted = taker(replica)[0].take(done, first_snapshot=False, chunk_size=2, processed=NOTHING)
     assert isinstance(exhausted, SnapshotDone) and exhausted.selected
 
 
 def test_a_changed_shape_is_retried_a_few_times_then_fails_and_the_count_resets() -> None:
     replica = ScriptedReplica(keys=[1, 2], errors=[SchemaError("column v changed")] * (SCHEMA_RETRIES + 1))
     chunks, pauses = taker(replica)
-    outcomes = [chunks.take(TableProgress(T), True, 2) for _ in range(SCHEMA_RETRIES + 1)]
+    outcomes = [chunks.take(TableProgress(T), True, 2, NOTHING) for _ in range(SCHEMA_RETRIES + 1)]
     assert all(isinstance(o, ShapeChanged) for o in outcomes[:-1])
     assert isinstance(outcomes[-1], SnapshotFailed) and "column v changed" in str(outcomes[-1].error)
     assert outcomes[0].progress.started, "the begun progress is kept for the retry"
     assert len(pauses) == SCHEMA_RETRIES + 1, "a failed SELECT still counts its pause"
     replica.errors = [SchemaError("again")]
-    assert isinstance(chunks.take(TableProgress(T), True, 2), ShapeChanged), "retries counted anew"
+    assert isinstance(chunks.take(TableProgress(T), True, 2, NOTHING), ShapeChanged), "retries counted anew"
 
 
 def test_a_dropped_table_fails_at_once_and_a_refused_statement_fails_with_its_reason() -> None:
     replica = ScriptedReplica(keys=[1], missing=True)
-    failed = taker(replica)[0].take(TableProgress(T), True, 2)
+    failed = taker(replica)[0].take(TableProgress(T), True, 2, NOTHING)
     assert isinstance(failed, SnapshotFailed) and "does not exist" in str(failed.error)
     replica = ScriptedReplica(keys=[1], errors=[QueryError("statement over the time limit")])
-    refused = taker(replica)[0].take(TableProgress(T), True, 2)
+    refused = taker(replica)[0].take(TableProgress(T), True, 2, NOTHING)
     assert isinstance(refused, SnapshotFailed) and str(refused.error) == "statement over the time limit"

@@ -42,13 +42,21 @@ class Crash(Exception):
 
 
 class World:
-    """A table, its binlog and a writer that commits when asked to."""
+    """A table, its binlog and a writer that commits when asked to.
 
-    def __init__(self, rnd: random.Random, rows: int, writes: int) -> None:
+    ``lag`` models when a SELECT sees a transaction the binlog already holds: "none" at once; "mysql"
+    later, and the executed set grows with it; "mariadb" later, the executed set (gtid_binlog_pos)
+    grew with the binlog and only the visible set (gtid_current_pos) grows with it."""
+
+    def __init__(self, rnd: random.Random, rows: int, writes: int, lag: str = "none") -> None:
         self.rnd = rnd
+        self.lag = lag
         self.table: dict[int, dict[str, int]] = {k: {"id": k, "v": 0} for k in range(0, rows * 2, 2)}
+        self.seen = {k: dict(v) for k, v in self.table.items()}  # what a SELECT sees
+        self.unseen: list[tuple[MysqlGtid, list[BinlogEvent]]] = []  # in the binlog, not yet seen
         self.txs: list[tuple[MysqlGtid, list[BinlogEvent]]] = []
         self.executed: GtidSet = MysqlGtidSet.parse(f"{U}:1-10")
+        self.visible: GtidSet = self.executed
         self.gno = 10
         self.writes_left = writes
         self.stream_start: GtidSet | None = None  # the executed set the first run starts streaming at
@@ -59,6 +67,20 @@ class World:
         with self.lock:
             if self.writes_left > 0 and self.rnd.random() < p:
                 self.write()
+            if self.unseen and self.rnd.random() < 0.1:
+                self.see()
+
+    def see(self) -> None:
+        """The oldest transaction not yet seen by a SELECT commits in the engine."""
+        gtid, events = self.unseen.pop(0)
+        for e in events:
+            if isinstance(e, RowChange) and e.after is None:
+                self.seen.pop(e.key[0], None)
+            elif isinstance(e, RowChange):
+                self.seen[e.key[0]] = dict(e.after)
+        self.visible = self.visible.add(gtid)
+        if self.lag == "mysql":
+            self.executed = self.executed.add(gtid)
 
     def write(self) -> None:
         with self.lock:
@@ -82,7 +104,11 @@ class World:
                 self.table[key] = new
         events.append(TxCommit(gtid))
         self.txs.append((gtid, events))
-        self.executed = self.executed.add(gtid)
+        self.unseen.append((gtid, events))
+        if self.lag != "mysql":
+            self.executed = self.executed.add(gtid)
+        if self.lag == "none":
+            self.see()
 
 
 @dataclass(frozen=True)
@@ -111,6 +137,13 @@ class FakeReplica:
                 self.world.stream_start = self.world.executed
             return self.world.executed
 
+    def executed_and_visible(self) -> tuple[GtidSet, GtidSet]:
+        with self.world.lock:
+            if self.world.unseen and self.world.rnd.random() < 0.5:
+                self.world.see()  # time passes while the engine waits: the server commits
+            executed = self.executed()
+            return executed, self.world.visible
+
     def executed_text(self) -> str:
         return str(self.executed())
 
@@ -124,18 +157,18 @@ class FakeReplica:
 
     def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[Any, ...] | None:
         with self.world.lock:
-            return (max(self.world.table),) if self.world.table else None
+            return (max(self.world.seen),) if self.world.seen else None
 
     def _keys(self, after: Any, upto: Any) -> list[int]:
         with self.world.lock:
-            return sorted(k for k in self.world.table if (after is None or k > after[0]) and k <= upto[0])
+            return sorted(k for k in self.world.seen if (after is None or k > after[0]) and k <= upto[0])
 
     def select_chunk(
         self, schema: TableSchema, after: Any, upto: Any, limit: int | None, condition: str | None = None
     ) -> FakeChunk:
         with self.world.lock:
             keys = self._keys(after, upto)[:limit]
-            rows = tuple(((k,), dict(self.world.table[k])) for k in keys)
+            rows = tuple(((k,), dict(self.world.seen[k])) for k in keys)
         return FakeChunk(rows, (keys[-1],) if keys else None, len(keys))
 
     def chunk_end(
@@ -252,6 +285,8 @@ def run_until_done(
         pytest.fail("the engine never finished")
     while world.writes_left:  # let late writes happen, then catch up once more
         world.write()
+    while world.unseen:
+        world.see()
     Engine(
         FakeReplica(world),
         lambda start, schema_of: FakeStream(world, start, lambda: None),
@@ -298,14 +333,22 @@ def check_output(records: list[dict[str, Any]], world: World) -> None:
     chunk=st.integers(1, 9),
     sealing=st.booleans(),
     readers=st.sampled_from([0, 1, 3]),
+    lag=st.sampled_from(["none", "mysql", "mariadb"]),
 )
 def test_snapshot_and_stream_with_crashes_replays_to_the_table(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, rows: int, chunk: int, sealing: bool, readers: int
+    tmp_path_factory: pytest.TempPathFactory,
+    seed: int,
+    rows: int,
+    chunk: int,
+    sealing: bool,
+    readers: int,
+    lag: str,
 ) -> None:
     """Inline commits, and background commits of sealed batches (the Delta sink's way); chunks taken on
-    the engine's thread (readers 0) or by readers that deliver late, out of order, and die."""
+    the engine's thread (readers 0) or by readers that deliver late, out of order, and die; a SELECT
+    that sees a transaction later than the binlog holds it, as MySQL and MariaDB servers do."""
     rnd = random.Random(seed)
-    world = World(rnd, rows, writes=30)
+    world = World(rnd, rows, writes=30, lag=lag)
     tmp = tmp_path_factory.mktemp("run")
     records = run_until_done(tmp, world, rnd, crash_p=0.03, chunk=chunk, sealing=sealing, readers=readers)
     check_output(records, world)
