@@ -280,10 +280,10 @@ class Replica:
         if self.flavor == "mysql":
             executed = self.executed()
             return executed, executed
-        row = self._fetch_one(
-            "SELECT @@global.gtid_binlog_pos, @@global.gtid_current_pos", [], "reading gtid_binlog_pos"
+        row = self._fetch_one(  # the visible set first: the executed set, read after, is the fresher lw
+            "SELECT @@global.gtid_current_pos, @@global.gtid_binlog_pos", [], "reading gtid_binlog_pos"
         )
-        binlog, current = (str(v) if v is not None else "" for v in (row or (None, None)))
+        current, binlog = (str(v) if v is not None else "" for v in (row or (None, None)))
         return parse_gtid_set("mariadb", binlog), parse_gtid_set("mariadb", current)
 
     def executed_text(self) -> str:

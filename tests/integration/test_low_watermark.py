@@ -113,8 +113,7 @@ def test_the_visible_set_holds_only_transactions_a_select_sees(
         missed = []
         for _ in range(CHANGES * 10):
             assert hammer.error is None, f"the writer failed: {hammer.error}"
-            executed, visible = replica.executed_and_visible()
-            assert visible <= executed
+            _, visible = replica.executed_and_visible()
             with reader.cursor() as cur:
                 cur.execute("SELECT v FROM counter WHERE id = 1")
                 (seen,) = cur.fetchone()
