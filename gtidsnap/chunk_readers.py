@@ -132,15 +132,17 @@ _worker_replica: Any = None
 _worker_settings: ConnectionSettings | None = None
 
 
-def _worker_start(settings: ConnectionSettings) -> None:
+def _worker_start(settings: ConnectionSettings, engine_pid: int) -> None:
     global _worker_settings
     _worker_settings = settings
-    threading.Thread(target=_exit_with_engine, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_exit_with_engine, args=(engine_pid,), daemon=True).start()
 
 
 def _exit_with_engine(engine_pid: int) -> None:
     """A reader outlives a killed engine (kill -9) blocked on its job queue, holding a connection to
-    the replica: it checks twice a second that its engine is still its parent, and ends when not."""
+    the replica: it checks twice a second that its engine is still its parent, and ends when not.
+    ``engine_pid`` comes from the engine, not from ``getppid()`` at start: an engine killed while its
+    readers start up has already handed them to another parent."""
     while os.getppid() == engine_pid:
         time.sleep(PARENT_CHECK_S)
     os._exit(0)
@@ -177,7 +179,10 @@ class ProcessChunkReaders:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(
-                self.readers, mp_context=context, initializer=_worker_start, initargs=(self.settings,)
+                self.readers,
+                mp_context=context,
+                initializer=_worker_start,
+                initargs=(self.settings, os.getpid()),
             )
         try:
             self._futures.append(self._pool.submit(_worker_read, job.portable()))

@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
+from gtidsnap import chunk_readers
 from gtidsnap.chunk_readers import (
     ChunkJob,
     ChunkRead,
     InlineChunkReaders,
     ProcessChunkReaders,
+    _worker_start,
     read_chunk,
     rebuilt_error,
 )
@@ -262,3 +264,18 @@ def test_a_read_finishing_during_a_collection_is_collected_next_time_not_lost() 
     assert [r.window for r in first] == [1] and not broken
     second, _ = readers.collect()
     assert [r.window for r in second] == [2], "the late read was dropped"
+
+
+def test_a_reader_whose_engine_died_before_its_watchdog_started_ends_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine's pid comes from the engine: a reader handed to another parent while it started up
+    (its engine killed meanwhile) must not take the new parent for its engine and wait forever."""
+    codes: list[int] = []
+    monkeypatch.setattr(chunk_readers.os, "_exit", codes.append)
+    not_my_parent = os.getpid() + 10**7  # the engine's pid as the reader got it; its parent is another
+    _worker_start(ConnectionSettings("127.0.0.1", 1, "u", Secret("p")), not_my_parent)
+    deadline = time.monotonic() + 5
+    while not codes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert codes == [0]
