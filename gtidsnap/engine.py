@@ -439,19 +439,28 @@ class Engine:
 
     def _records_of_range(self, chunk: ChunkOut) -> list[Record]:
         """A parallel reader's chunk goes out: its rows, then the table's progress after its range."""
-        return self._chunk_records(self._progress_of(chunk.table), chunk.rows, chunk.upto, chunk.last)
+        progress = self._progress_of(chunk.table)
+        return self._chunk_records(progress, chunk.rows, chunk.upto, chunk.last, chunk.key_columns)
 
     def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Record]:
         in_flight, self._chunk = self._chunk, None
         assert in_flight is not None
-        return self._chunk_records(in_flight.progress, chunk.rows, in_flight.last_raw_key, in_flight.last)
+        key = self.schemas.get(chunk.table).key
+        progress = in_flight.progress
+        return self._chunk_records(progress, chunk.rows, in_flight.last_raw_key, in_flight.last, key)
 
     def _chunk_records(
-        self, progress: TableProgress, rows: Iterable[tuple[Key, Row]], next_after: RawKey | None, last: bool
+        self,
+        progress: TableProgress,
+        rows: Iterable[tuple[Key, Row]],
+        next_after: RawKey | None,
+        last: bool,
+        key: Sequence[str],
     ) -> list[Record]:
-        """A chunk's surviving rows as records; the table's progress moves past it (done if ``last``)."""
+        """A chunk's surviving rows as records; the table's progress moves past it (done if ``last``).
+        ``key``: the key columns of the shape the rows were read with (with readers the stream's pump
+        forgets shapes at a DDL before this thread reaches it; a renamed table has none to read)."""
         table = progress.table
-        key = self.schemas.get(table).key
         values = (row for _, row in rows)
         records = snapshot_records(table, values, key, self.seq, progress.fresh, int(time.time()))
         self.seq += len(records)

@@ -54,6 +54,7 @@ class ChunkOut:
     rows: tuple[tuple[Key, Row], ...]
     upto: RawKey
     last: bool
+    key_columns: tuple[str, ...]  # the key of the shape the rows were read with, not the cache's now
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class _Planned:
     table: TableId
     upto: RawKey
     last: bool
+    key_columns: tuple[str, ...]  # of the shape the range is read with
 
 
 @dataclass
@@ -162,7 +164,7 @@ class ParallelChunks:
                 last = end is None or tuple(end) == tuple(progress.max_key)
                 upto = tuple(progress.max_key) if end is None else tuple(end)
                 window = self.windows.open(table, lw)
-                self._planned[window] = _Planned(table, upto, last)
+                self._planned[window] = _Planned(table, upto, last, tuple(schema.key))
                 self.readers.submit(ChunkJob(window, schema, frontier.after, upto, progress.condition))
                 frontier.after, frontier.ended = upto, last
                 opened += 1
@@ -268,7 +270,7 @@ class ParallelChunks:
                 planned = self._planned.pop(item.window)
                 self._schema_retries = 0
                 self._pool_restarts = 0
-                out.append(ChunkOut(item.table, item.rows, planned.upto, planned.last))
+                out.append(ChunkOut(item.table, item.rows, planned.upto, planned.last, planned.key_columns))
             elif isinstance(item, WindowDiscarded):
                 if any(p.table == item.table for p in self._planned.values()):  # once per table
                     out.extend(self._drop_table(item.table))

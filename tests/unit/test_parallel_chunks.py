@@ -306,6 +306,7 @@ def test_a_ddl_drops_the_tables_windows_and_planning_starts_again_after_the_last
     w1, w2, w3, _ = rig.windows()
     [first] = rig.read([w1])
     assert isinstance(first, ChunkOut) and first.upto == (3,)
+    assert first.key_columns == ("id",), "the key of the shape the range was read with"
     progress = progress.chunk_read(first.upto, len(first.rows))
     begin, ddl, commit = rig.replica.ddl()
     assert rig.read([w2]) == [], "read after the DDL, waiting for the stream to pass it"
