@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from gtidsnap.gtid import GtidSet
 from gtidsnap.ports import ReplicaPort
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 FIRST_PAUSE_S = 0.0005
 LONGEST_PAUSE_S = 0.05
+T = TypeVar("T")
 
 
 class LowWatermark:
@@ -55,28 +57,28 @@ class LowWatermark:
 
     def read(self, processed: GtidSet) -> GtidSet:
         """The executed set, once every transaction in ``processed`` is visible to a new read."""
-        executed, visible = self.replica.executed_and_visible()
-        if not self._wait or processed <= visible:
+        if not self._wait:
+            executed, _ = self.replica.executed_and_visible()
             return _covering(executed, processed)
-        self.waits += 1
-        deadline = self.clock() + self.timeout_s
-        pause = FIRST_PAUSE_S
-        while not processed <= visible:
-            if self.clock() >= deadline:
-                self._wait = False
-                log.warning(
-                    "the replica's visible set %s has not covered transactions the stream processed (%s) in "
-                    "%.0f s: chunks are read from now on without waiting for them, so a chunk read in the "
-                    "instant a transaction commits may miss it (is %s a replica applying its source?)",
-                    visible,
-                    processed - visible,
-                    self.timeout_s,
-                    self.replica.describe(),
-                )
-                break
-            self.sleep(pause)
-            pause = min(pause * 2, LONGEST_PAUSE_S)
-            executed, visible = self.replica.executed_and_visible()
+        (executed, visible), reads = _poll(
+            self.replica.executed_and_visible,
+            lambda sets: processed <= sets[1],
+            self.timeout_s,
+            self.sleep,
+            self.clock,
+        )
+        self.waits += reads > 1
+        if not processed <= visible:
+            self._wait = False
+            log.warning(
+                "the replica's visible set %s has not covered transactions the stream processed (%s) in "
+                "%.0f s: chunks are read from now on without waiting for them, so a chunk read in the "
+                "instant a transaction commits may miss it (is %s a replica applying its source?)",
+                visible,
+                processed - visible,
+                self.timeout_s,
+                self.replica.describe(),
+            )
         return _covering(executed, processed)
 
 
@@ -97,11 +99,24 @@ def executed_covering(
     that stopped right after streaming a transaction may restart before the replica lists it (MySQL
     adds a GTID to its executed set after the binlog readers got it). Returns the last read whether it
     covers ``processed`` or not: the caller says what is wrong."""
-    executed = replica.executed()
+    executed, _ = _poll(replica.executed, lambda e: processed <= e, timeout_s, sleep, clock)
+    return executed
+
+
+def _poll(
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout_s: float,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+) -> tuple[T, int]:
+    """``read()`` until ``done`` or ``timeout_s`` passed, pausing 0.5 ms doubling to 50 ms; the last
+    value read and how many reads it took."""
+    value, reads = read(), 1
     deadline = clock() + timeout_s
     pause = FIRST_PAUSE_S
-    while not processed <= executed and clock() < deadline:
+    while not done(value) and clock() < deadline:
         sleep(pause)
         pause = min(pause * 2, LONGEST_PAUSE_S)
-        executed = replica.executed()
-    return executed
+        value, reads = read(), reads + 1
+    return value, reads
