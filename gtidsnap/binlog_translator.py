@@ -229,7 +229,7 @@ class EventTranslator:
                 f"partial JSON update of {table} in the binlog of {self._describe}: "
                 "set binlog_row_value_options='' (no PARTIAL_JSON)"
             )
-        ts = int(raw.timestamp)
+        ts, key_names = int(raw.timestamp), tuple(schema.key)
         changes: list[RowChange] = []  # all rows first: a row that fails to normalise stops the event whole
         for row in rows:
             if isinstance(raw, UpdateRowsEvent):
@@ -237,13 +237,15 @@ class EventTranslator:
                 after = schema.normalize_row(row_values(row, "after_"))
                 key, old = schema.key_of(after), schema.key_of(before)
                 old_key = old if old != key else None
-                changes.append(RowChange(tx.gtid, table, "u", key, before, after, old_key, ts))
+                changes.append(RowChange(tx.gtid, table, "u", key, before, after, old_key, ts, key_names))
             elif isinstance(raw, WriteRowsEvent):
                 after = schema.normalize_row(row_values(row, ""))
-                changes.append(RowChange(tx.gtid, table, "c", schema.key_of(after), None, after, None, ts))
+                key = schema.key_of(after)
+                changes.append(RowChange(tx.gtid, table, "c", key, None, after, None, ts, key_names))
             else:
                 before = schema.normalize_row(row_values(row, ""))
-                changes.append(RowChange(tx.gtid, table, "d", schema.key_of(before), before, None, None, ts))
+                key = schema.key_of(before)
+                changes.append(RowChange(tx.gtid, table, "d", key, before, None, None, ts, key_names))
         for change in changes:
             self._produce(tx, change, out)
 

@@ -435,7 +435,7 @@ class Engine:
 
     def _record_of_change(self, change: RowChange) -> Record:
         self.seq += 1
-        return change_record(change, self.schemas.get(change.table).key, self.seq - 1)
+        return change_record(change, self.seq - 1)
 
     def _records_of_range(self, chunk: ChunkOut) -> list[Record]:
         """A parallel reader's chunk goes out: its rows, then the table's progress after its range."""

@@ -52,7 +52,9 @@ class RowChange:
     """One row inserted, updated or deleted.
 
     ``key`` is the row's key after the change (before it, for a delete); ``old_key`` is set when an
-    update changed the primary key itself, so both keys count as touched.
+    update changed the primary key itself, so both keys count as touched. ``key_columns`` names the
+    key of the shape the row was decoded with: the consumer may meet it after the shape cache moved
+    on (a DDL read ahead by the stream's pump; a renamed table has no shape to read any more).
     """
 
     gtid: Gtid
@@ -63,6 +65,7 @@ class RowChange:
     after: Row | None
     old_key: Key | None = None
     source_ts: int = 0
+    key_columns: tuple[str, ...] = ()
 
     def touched_keys(self) -> tuple[Key, ...]:
         return (self.key,) if self.old_key is None or self.old_key == self.key else (self.key, self.old_key)

@@ -57,14 +57,15 @@ class Record:
             return (json.dumps(self.to_json(), separators=(",", ":")) + "\n").encode("ascii")
 
 
-def change_record(change: RowChange, key_columns: Sequence[str], seq: int) -> Record:
-    """The record of one binlog row change, its key shown as the row's key column values."""
+def change_record(change: RowChange, seq: int) -> Record:
+    """The record of one binlog row change, its key shown as the row's key column values (of the
+    shape the change was decoded with)."""
     row = change.after if change.after is not None else change.before
     assert row is not None
     return Record(
         op=change.op,
         table=change.table,
-        key=tuple(row.get(c) for c in key_columns),
+        key=tuple(row.get(c) for c in change.key_columns),
         before=change.before,
         after=change.after,
         gtid=str(change.gtid),

@@ -283,20 +283,22 @@ def test_stream_yields_each_transaction_normalised_in_order(
     def row(id_: int, name: str, qty: int) -> dict[str, Any]:
         return {"id": id_, "name": name, "qty": qty}
 
+    by_id = ("id",)  # the key columns each change was decoded with
+
     assert of(events, t1, t2, t3, t4, t5, t6, t7) == [
         TxBegin(t1),
-        RowChange(t1, items, "c", (1,), None, row(1, "a", 1)),
-        RowChange(t1, items, "c", (2,), None, row(2, "b", 2)),
-        RowChange(t1, items, "c", (3,), None, row(3, "c", 3)),
+        RowChange(t1, items, "c", (1,), None, row(1, "a", 1), key_columns=by_id),
+        RowChange(t1, items, "c", (2,), None, row(2, "b", 2), key_columns=by_id),
+        RowChange(t1, items, "c", (3,), None, row(3, "c", 3), key_columns=by_id),
         TxCommit(t1),
         TxBegin(t2),
-        RowChange(t2, items, "u", (2,), row(2, "b", 2), row(2, "b", 20)),
+        RowChange(t2, items, "u", (2,), row(2, "b", 2), row(2, "b", 20), key_columns=by_id),
         TxCommit(t2),
         TxBegin(t3),
-        RowChange(t3, items, "u", (30,), row(3, "c", 3), row(30, "c", 3), old_key=(3,)),
+        RowChange(t3, items, "u", (30,), row(3, "c", 3), row(30, "c", 3), old_key=(3,), key_columns=by_id),
         TxCommit(t3),
         TxBegin(t4),
-        RowChange(t4, items, "d", (1,), row(1, "a", 1), None),
+        RowChange(t4, items, "d", (1,), row(1, "a", 1), None, key_columns=by_id),
         TxCommit(t4),
         TxBegin(t5),  # other is not captured: the transaction still shows, without rows
         TxCommit(t5),
@@ -304,7 +306,7 @@ def test_stream_yields_each_transaction_normalised_in_order(
         SchemaChange(t6, frozenset({items}), alter),
         TxCommit(t6),
         TxBegin(t7),
-        RowChange(t7, items, "c", (4,), None, {**row(4, "d", 4), "note": "new"}),
+        RowChange(t7, items, "c", (4,), None, {**row(4, "d", 4), "note": "new"}, key_columns=by_id),
         TxCommit(t7),
     ]
     stamps = [(e.gtid, e.source_ts) for e in events if isinstance(e, RowChange) and e.gtid in clock]

@@ -116,7 +116,7 @@ def hand_out(tr: EventTranslator, events: Iterable[BinlogEvent]) -> None:
 
 def row(gtid: MariadbGtid | MysqlGtid, i: int) -> RowChange:
     after = {"id": i, "name": f"n{i}"}
-    return RowChange(gtid, ITEMS, "c", (i,), None, after, None, TS)
+    return RowChange(gtid, ITEMS, "c", (i,), None, after, None, TS, ("id",))
 
 
 G7 = MariadbGtid(0, 1, 7)
@@ -136,8 +136,8 @@ def test_a_mariadb_transaction_is_its_begin_its_rows_and_its_commit() -> None:
     assert out == [
         TxBegin(G7),
         row(G7, 1),
-        RowChange(G7, ITEMS, "u", (2,), {"id": 1, "name": "a"}, {"id": 2, "name": "b"}, (1,), TS),
-        RowChange(G7, ITEMS, "d", (3,), {"id": 3, "name": "c"}, None, None, TS),
+        RowChange(G7, ITEMS, "u", (2,), {"id": 1, "name": "a"}, {"id": 2, "name": "b"}, (1,), TS, ("id",)),
+        RowChange(G7, ITEMS, "d", (3,), {"id": 3, "name": "c"}, None, None, TS, ("id",)),
         TxCommit(G7),
     ]
     hand_out(tr, out)

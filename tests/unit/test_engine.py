@@ -34,7 +34,8 @@ from gtidsnap.sinks.jsonl import JsonlSink
 
 T = TableId("shop", "orders")
 U = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
-SCHEMA = TableSchema(T, (Column("id", "int", "int"), Column("v", "int", "int")), ("id",))
+KEY = ("id",)
+SCHEMA = TableSchema(T, (Column("id", "int", "int"), Column("v", "int", "int")), KEY)
 
 
 class Crash(Exception):
@@ -95,12 +96,12 @@ class World:
             key = self.rnd.randrange(0, len(self.table) * 2 + 10)
             new = {"id": key, "v": self.gno}
             if key in self.table and self.rnd.random() < 0.3:
-                events.append(RowChange(gtid, T, "d", (key,), self.table.pop(key), None))
+                events.append(RowChange(gtid, T, "d", (key,), self.table.pop(key), None, key_columns=KEY))
             elif key in self.table:
-                events.append(RowChange(gtid, T, "u", (key,), self.table[key], new))
+                events.append(RowChange(gtid, T, "u", (key,), self.table[key], new, key_columns=KEY))
                 self.table[key] = new
             else:
-                events.append(RowChange(gtid, T, "c", (key,), None, new))
+                events.append(RowChange(gtid, T, "c", (key,), None, new, key_columns=KEY))
                 self.table[key] = new
         events.append(TxCommit(gtid))
         self.txs.append((gtid, events))
@@ -423,6 +424,36 @@ def test_a_statement_the_server_refuses_fails_only_that_snapshot(tmp_path: Path)
     assert world.stream_start is not None
     changes = [e for gtid, events in world.txs if gtid not in world.stream_start for e in events]
     assert len(records) == sum(isinstance(e, RowChange) for e in changes)
+
+
+class RenamedAwayReplica(FakeReplica):
+    """The captured table was renamed away after the changes the stream is about to deliver."""
+
+    def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema:
+        raise SchemaError(f"table {table} does not exist")
+
+    def executed(self) -> GtidSet:
+        with self.world.lock:
+            while self.world.stream_start is not None and self.world.writes_left > 0:
+                self.world.write()  # after the stream's start, before the run's caught-up target
+            return super().executed()
+
+
+def test_a_change_goes_out_with_the_key_it_was_decoded_with(tmp_path: Path) -> None:
+    """The stream's pump decodes (and forgets shapes at a DDL) ahead of the engine: a change's record
+    takes its key columns from the change, never from a shape read again when the engine meets it."""
+    world = World(random.Random(6), rows=4, writes=6)
+    out = tmp_path / "o.jsonl"
+    engine = Engine(
+        RenamedAwayReplica(world),
+        lambda start, schema_of: FakeStream(world, start, lambda: None),
+        JsonlSink(out),
+        CheckpointStore(tmp_path / "c.json"),
+        captured=[T],
+    )
+    engine.run(until_caught_up=True)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records and all(r["key"] == [(r["after"] or r["before"])["id"]] for r in records), records
 
 
 def test_a_checkpoint_the_replica_cannot_continue_is_refused_before_any_output(tmp_path: Path) -> None:
