@@ -87,9 +87,15 @@ def test_replica_and_binlog_connections_killed_mid_snapshot(
     check_invariants(read_records(tmp_path), {f"{fresh_db}.t": source_rows(pair, fresh_db, "t")})
 
 
-def _alter_after(pair: ReplicaPair, db: str, delay: float, *statements: str) -> threading.Thread:
+def _alter_once_rows_are_out(pair: ReplicaPair, db: str, out: Path, *statements: str) -> threading.Thread:
+    """Runs ``statements`` once the run has written its first records: mid-snapshot however long the
+    run takes to start (chunk reader processes take about a second)."""
+    changes = out / "changes.jsonl"
+
     def go() -> None:
-        time.sleep(delay)
+        deadline = time.monotonic() + 60
+        while not (changes.exists() and changes.stat().st_size > 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
         execute(pair, db, *statements)
 
     thread = threading.Thread(target=go)
@@ -105,10 +111,10 @@ def test_drop_and_modify_column_mid_snapshot(pair: ReplicaPair, fresh_db: str, t
         "CREATE TABLE t (id BIGINT PRIMARY KEY, v INT NOT NULL, doomed VARCHAR(10), n SMALLINT)",
         many=[("INSERT INTO t VALUES (%s, 0, 'x', %s)", [(i, i % 100) for i in range(4000)])],
     )
-    thread = _alter_after(
+    thread = _alter_once_rows_are_out(
         pair,
         fresh_db,
-        0.3,
+        tmp_path,
         "ALTER TABLE t DROP COLUMN doomed",
         "ALTER TABLE t MODIFY COLUMN n BIGINT",
         "UPDATE t SET n = n + 100000, v = 1 WHERE id % 7 = 0",
@@ -134,7 +140,7 @@ def test_rename_table_mid_snapshot_ends_it_with_a_clear_error(
     pair: ReplicaPair, fresh_db: str, tmp_path: Path
 ) -> None:
     create_table(pair, fresh_db, "t", 6000)
-    thread = _alter_after(pair, fresh_db, 0.3, "RENAME TABLE t TO t_old")
+    thread = _alter_once_rows_are_out(pair, fresh_db, tmp_path, "RENAME TABLE t TO t_old")
     table = TableId(fresh_db, "t")
     config = make_config(pair, tmp_path, [table], chunk_size=20)
     config = replace(config, snapshot=replace(config.snapshot, chunk_delay_s=0.003))
