@@ -35,6 +35,7 @@ from typing import Any
 import pymysql
 import pytest
 
+from gtidsnap import row_images
 from gtidsnap.commands import Shutdown
 from gtidsnap.errors import SchemaError
 from gtidsnap.model import TableId
@@ -944,8 +945,12 @@ def test_every_type_as_value_and_key(pair: ReplicaPair, fresh_db: str, tmp_path:
         for table in usable:
             cur.execute(f"UPDATE `{table.name}` SET n = n + 1")
         pair.wait_replicated(conn)
+    decoded, declined = row_images.decoded_here(), row_images.left_to_library()
     run_engine(pair, by_one, [], tables=keys)
     run_engine(pair, by_two, [], tables=[*keys, *values])
+    # Every type's rows were read by gtidsnap.row_images, none by the library's own decode.
+    assert row_images.decoded_here() - decoded >= len(usable), "the updates were not decoded here"
+    assert row_images.left_to_library() == declined, "rows events were left to the library's decode"
 
     problems: list[str] = []
     for out in (by_one, by_two):
