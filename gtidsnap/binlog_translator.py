@@ -57,8 +57,10 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
+from gtidsnap import row_images
 from gtidsnap.binlog_library import UNSUPPORTED_EVENT_TYPES
 from gtidsnap.binlog_values import row_values
+from gtidsnap.column_values import plain_value
 from gtidsnap.errors import FatalSourceError
 from gtidsnap.gtid import Gtid, GtidSet, MariadbGtid, MysqlGtid
 from gtidsnap.model import (
@@ -216,6 +218,31 @@ class EventTranslator:
         schema = self._schema_of(table)
         if schema is None:
             return  # not captured: its rows are never decoded
+        read = row_images.normalized_images(raw, schema.converters, plain_value)
+        images: list[dict[str, Any]] = self._library_images(raw, table, schema) if read is None else read
+        ts, key_names = int(raw.timestamp), tuple(schema.key)
+        changes: list[RowChange] = []  # all rows first: a row that fails to normalise stops the event whole
+        if isinstance(raw, UpdateRowsEvent):
+            for before, after in zip(images[::2], images[1::2], strict=True):
+                key, old = schema.key_of(after), schema.key_of(before)
+                old_key = old if old != key else None
+                changes.append(RowChange(tx.gtid, table, "u", key, before, after, old_key, ts, key_names))
+        elif isinstance(raw, WriteRowsEvent):
+            for after in images:
+                key = schema.key_of(after)
+                changes.append(RowChange(tx.gtid, table, "c", key, None, after, None, ts, key_names))
+        else:
+            for before in images:
+                key = schema.key_of(before)
+                changes.append(RowChange(tx.gtid, table, "d", key, before, None, None, ts, key_names))
+        for change in changes:
+            self._produce(tx, change, out)
+
+    def _library_images(
+        self, raw: WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent, table: TableId, schema: TableSchema
+    ) -> list[dict[str, Any]]:
+        """The event's row images (an update's before, then after) as the library decodes them, each
+        normalised: the path of what :mod:`gtidsnap.row_images` leaves to the library."""
         rows = raw.rows
         if rows:
             sample = rows[0].get("values") or rows[0].get("after_values") or {}
@@ -229,25 +256,11 @@ class EventTranslator:
                 f"partial JSON update of {table} in the binlog of {self._describe}: "
                 "set binlog_row_value_options='' (no PARTIAL_JSON)"
             )
-        ts, key_names = int(raw.timestamp), tuple(schema.key)
-        changes: list[RowChange] = []  # all rows first: a row that fails to normalise stops the event whole
-        for row in rows:
-            if isinstance(raw, UpdateRowsEvent):
-                before = schema.normalize_row(row_values(row, "before_"))
-                after = schema.normalize_row(row_values(row, "after_"))
-                key, old = schema.key_of(after), schema.key_of(before)
-                old_key = old if old != key else None
-                changes.append(RowChange(tx.gtid, table, "u", key, before, after, old_key, ts, key_names))
-            elif isinstance(raw, WriteRowsEvent):
-                after = schema.normalize_row(row_values(row, ""))
-                key = schema.key_of(after)
-                changes.append(RowChange(tx.gtid, table, "c", key, None, after, None, ts, key_names))
-            else:
-                before = schema.normalize_row(row_values(row, ""))
-                key = schema.key_of(before)
-                changes.append(RowChange(tx.gtid, table, "d", key, before, None, None, ts, key_names))
-        for change in changes:
-            self._produce(tx, change, out)
+        if isinstance(raw, UpdateRowsEvent):
+            images = (row_values(row, image) for row in rows for image in ("before_", "after_"))
+        else:
+            images = (row_values(row, "") for row in rows)
+        return [schema.normalize_row(values) for values in images]
 
     def _query(self, raw: QueryEvent, out: Out) -> None:
         statement = str(raw.query)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
@@ -37,6 +37,9 @@ from gtidsnap.binlog_values import (
 ValueReader = Callable[[bytes, int], tuple[Any, int]]
 # One row image: (row bytes, offset) -> (values, none_sources, offset after it).
 ImageReader = Callable[[bytes, int], tuple[dict[str, Any], dict[str, str], int]]
+# One row image normalised: (row bytes, offset) -> (values, offset after it).
+NormalImageReader = Callable[[bytes, int], tuple[dict[str, Any], int]]
+Converter = Callable[[Any], Any]
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _DECIMAL_DIGITS = 9  # digits per full 4-byte word of a DECIMAL
@@ -309,6 +312,53 @@ def image_reader(columns: Sequence[Any], errors: str = "strict") -> ImageReader 
     return read
 
 
+def _set_or_empty(size: int, members: Sequence[str]) -> ValueReader:
+    """A SET's members, an empty set for none (what gtidsnap makes of the library's None and its
+    EMPTY_SET source)."""
+    read_set = _set(size, members)
+
+    def read(data: bytes, pos: int) -> tuple[Any, int]:
+        value, end = read_set(data, pos)
+        return (set() if value is None else value), end
+
+    return read
+
+
+def normal_image_reader(
+    columns: Sequence[Any], errors: str, converters: Mapping[str, Converter], other: Converter
+) -> NormalImageReader | None:
+    """The reader of one FULL row image whose every value goes through its column's converter at
+    once (``other`` for a name without one): what :meth:`TableSchema.normalize_row` makes of
+    :func:`gtidsnap.binlog_values.row_values` of the library's row, without building that row first.
+    None if any column is left to the library."""
+    readers: list[tuple[int, str, ValueReader, Converter]] = []
+    for i, column in enumerate(columns):
+        if not column.name:
+            return None
+        if column.type == FIELD_TYPE.SET:
+            reader: ValueReader | None = _set_or_empty(column.size, column.set_values or ())
+        else:
+            reader = value_reader(column, errors)
+        if reader is None:
+            return None
+        readers.append((i, column.name, reader, converters.get(column.name, other)))
+    null_bytes = (len(columns) + 7) // 8
+
+    def read(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
+        nulls = int.from_bytes(data[pos : pos + null_bytes], "little")
+        pos += null_bytes
+        values: dict[str, Any] = {}
+        for i, name, reader, convert in readers:
+            if nulls and nulls >> i & 1:
+                values[name] = convert(None)
+                continue
+            value, pos = reader(data, pos)
+            values[name] = convert(value)
+        return values, pos
+
+    return read
+
+
 def _shape(columns: Sequence[Any]) -> tuple[Any, ...]:
     """What a reader is built from: equal shapes share one reader across table map events."""
     return tuple(
@@ -362,25 +412,81 @@ def _reader_of(columns: Sequence[Any], errors: str) -> ImageReader | None:
         return reader
 
 
+_normal_readers: dict[
+    tuple[Any, ...], tuple[Mapping[str, Converter], Converter, NormalImageReader | None]
+] = {}
+
+
+def _normal_reader_of(
+    columns: Sequence[Any], errors: str, converters: Mapping[str, Converter], other: Converter
+) -> NormalImageReader | None:
+    # Keyed by the converters' identity; the entry holds them, so the id is not reused meanwhile.
+    key = (errors, id(converters), id(other), _shape(columns))
+    try:
+        return _normal_readers[key][2]
+    except KeyError:
+        if len(_normal_readers) >= _CACHE_LIMIT:
+            _normal_readers.clear()
+        reader = normal_image_reader(columns, errors, converters, other)
+        _normal_readers[key] = (converters, other, reader)
+        return reader
+
+
+def _readable(event: Any) -> bool:
+    """Whether this module reads the event's rows: whole images of a plain rows event."""
+    if event.event_type == BINLOG.PARTIAL_UPDATE_ROWS_EVENT:
+        return False
+    count = len(event.columns)
+    if not _all_present(event.columns_present_bitmap, count):
+        return False  # a MINIMAL or NOBLOB image
+    return not isinstance(event, UpdateRowsEvent) or _all_present(event.columns_present_bitmap2, count)
+
+
+def _rest_of(event: Any) -> bytes:
+    global _decoded_here
+    _decoded_here += 1
+    data: bytes = event.packet.read(event.event_size - event.packet.read_bytes)
+    return data
+
+
+def normalized_images(
+    event: Any, converters: Mapping[str, Converter], other: Converter
+) -> list[dict[str, Any]] | None:
+    """Every row image of a WRITE/UPDATE/DELETE rows event in order (an update's before, then its
+    after), each value through ``converters`` as :func:`normal_image_reader` says, reading the rest
+    of the event; None (nothing read) if the event is left to the library or its rows were read
+    already (``event.rows`` has them)."""
+    if getattr(event, "_RowsEvent__rows", None) is not None:
+        return None
+    if not event.complete:
+        return []
+    if not _readable(event):
+        return None
+    errors = "ignore" if event._ignore_decode_errors else "strict"
+    read = _normal_reader_of(event.columns, errors, converters, other)
+    if read is None:
+        return None
+    data = _rest_of(event)
+    images: list[dict[str, Any]] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        values, pos = read(data, pos)
+        images.append(values)
+    return images
+
+
 def fetch_rows(event: Any) -> list[dict[str, Any]] | None:
     """The rows of a WRITE/UPDATE/DELETE rows event in the library's shape, reading the rest of the
     event; None (nothing read) if the event is left to the library."""
     if not event.complete:
         return []
-    if event.event_type == BINLOG.PARTIAL_UPDATE_ROWS_EVENT:
+    if not _readable(event):
         return None
-    columns = event.columns
-    update = isinstance(event, UpdateRowsEvent)
-    if not _all_present(event.columns_present_bitmap, len(columns)) or (
-        update and not _all_present(event.columns_present_bitmap2, len(columns))
-    ):
-        return None  # a MINIMAL or NOBLOB image
-    read = _reader_of(columns, "ignore" if event._ignore_decode_errors else "strict")
+    read = _reader_of(event.columns, "ignore" if event._ignore_decode_errors else "strict")
     if read is None:
         return None
-    global _decoded_here
-    _decoded_here += 1
-    data = event.packet.read(event.event_size - event.packet.read_bytes)
+    update = isinstance(event, UpdateRowsEvent)
+    data = _rest_of(event)
     rows: list[dict[str, Any]] = []
     pos, end = 0, len(data)
     while pos < end:

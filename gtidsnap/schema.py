@@ -72,14 +72,15 @@ class TableSchema:
 
     def normalize_values(self, names: Iterable[str], values: Iterable[Any]) -> dict[str, Any]:
         """:meth:`normalize_row` of a row given as names and values (a result set's tuple)."""
-        converters = self._converters
+        converters = self.converters
         return {
             name: converters.get(name, plain_value)(value) for name, value in zip(names, values, strict=True)
         }
 
     @cached_property
-    def _converters(self) -> dict[str, Callable[[Any], Any]]:
-        """One converter per column, chosen once: most values then need no per-value type dispatch."""
+    def converters(self) -> dict[str, Callable[[Any], Any]]:
+        """One converter per column, chosen once: most values then need no per-value type dispatch
+        (a name not in it, a column the shape does not know yet, takes ``plain_value``)."""
         return {c.name: value_converter(c) for c in self.columns}
 
     def key_of(self, row: Row) -> Key:

@@ -17,6 +17,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gtidsnap import row_images
+from gtidsnap.binlog_values import row_values
 
 Value = st.SearchStrategy[bytes]
 
@@ -173,7 +174,7 @@ def _comparable(value: Any) -> Any:
         return ("Decimal", str(value))
     if isinstance(value, dict):
         return {k: _comparable(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_comparable(v) for v in value]
     return value
 
@@ -199,6 +200,33 @@ def test_rows_equal_the_librarys_on_the_same_bytes(case: tuple[bool, list[Column
     library = _outcome(lambda: _library_rows(_event(update, columns, data)))
     ours = _outcome(lambda: row_images.fetch_rows(_event(update, columns, data)))
     assert ours == library
+
+
+def _converted(rows: list[dict[str, Any]], converters: dict[str, Any], other: Any) -> list[dict[str, Any]]:
+    """What the translator made of the library's rows before: row_values, then each converter."""
+    prefixes = ("before_", "after_") if rows and "after_values" in rows[0] else ("",)
+    images = [row_values(row, prefix) for row in rows for prefix in prefixes]
+    return [{name: converters.get(name, other)(v) for name, v in image.items()} for image in images]
+
+
+@settings(max_examples=300, deadline=None)
+@given(events())
+def test_normalized_images_convert_what_the_library_reads(case: tuple[bool, list[Column], bytes]) -> None:
+    """Each value through its column's converter (the others through ``other``), an empty SET as
+    ``set()``: what the translator made of the library's rows with row_values and normalize_row."""
+    update, columns, data = case
+    converters = {c.name: (lambda v, name=c.name: (name, v)) for c in columns[::2]}
+    other = lambda v: ("other", v)  # noqa: E731
+    expected = _outcome(lambda: _converted(_library_rows(_event(update, columns, data)), converters, other))
+    ours = _outcome(lambda: row_images.normalized_images(_event(update, columns, data), converters, other))
+    assert ours == expected
+
+
+def test_rows_read_already_are_not_read_again() -> None:
+    columns = [_column(FIELD_TYPE.LONG, name="id")]
+    event: Any = _event(False, columns, b"\x00" + b"\x01\x00\x00\x00")
+    event._RowsEvent__rows = [{"values": {"id": 1}, "none_sources": {}}]
+    assert row_images.normalized_images(event, {}, lambda v: v) is None and event.packet.read_bytes == 0
 
 
 def test_a_minimal_image_or_a_nameless_column_is_left_to_the_library() -> None:
