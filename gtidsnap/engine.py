@@ -90,6 +90,7 @@ from gtidsnap.stream_pump import StreamPump
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
+TX_BURST = 1000  # events of one transaction read in a row before the loop takes a turn
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -222,6 +223,7 @@ class Engine:
                     event = pump.next(0.002 if self._parallel and self._parallel.busy else 0.1)
                 if event is not None:
                     self._on_event(event)
+                    self._rest_of_transaction(stream.next if pump is None else lambda: pump.next(0.1))
                 if not self._in_tx and self._commit_due():
                     self._commit()
             if not self._in_tx:
@@ -241,6 +243,18 @@ class Engine:
             (pump or stream).close()
             self.sink.close()
         return self.stats
+
+    def _rest_of_transaction(self, read: Callable[[], BinlogEvent | None]) -> None:
+        """The transaction being read, up to ``TX_BURST`` events, without the loop's turn per event:
+        inside a transaction the loop only reads (chunks, commits and finished reads wait for its
+        end); commands and a failed background commit are looked at after the burst."""
+        for _ in range(TX_BURST):
+            if not self._in_tx:
+                return
+            event = read()
+            if event is None:
+                return
+            self._on_event(event)
 
     def _facts(self, until_caught_up: bool) -> LoopFacts:
         """What :func:`gtidsnap.loop_step.next_step` chooses from."""

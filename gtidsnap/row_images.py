@@ -344,18 +344,34 @@ def normal_image_reader(
         readers.append((i, column.name, reader, converters.get(column.name, other)))
     null_bytes = (len(columns) + 7) // 8
 
-    def read(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
-        nulls = int.from_bytes(data[pos : pos + null_bytes], "little")
-        pos += null_bytes
+    def read_with_nulls(data: bytes, pos: int, nulls: int) -> tuple[dict[str, Any], int]:
         values: dict[str, Any] = {}
         for i, name, reader, convert in readers:
-            if nulls and nulls >> i & 1:
+            if nulls >> i & 1:
                 values[name] = convert(None)
                 continue
             value, pos = reader(data, pos)
             values[name] = convert(value)
         return values, pos
 
+    # An image without NULLs, the common case, is read by a function written out for this shape
+    # (the bits of the NULL bitmap past the last column are not NULLs: servers set them):
+    # one call per value and one dict display, no loop (a third of this reader's time). Its text holds
+    # only generated variable names; column names, readers and converters are bound as values.
+    namespace: dict[str, Any] = {"from_bytes": int.from_bytes, "with_nulls": read_with_nulls}
+    for k, (_, name, reader, convert) in enumerate(readers):
+        namespace |= {f"r{k}": reader, f"c{k}": convert, f"n{k}": name}
+    count = len(readers)
+    reads = "".join(f"    v{k}, pos = r{k}(data, pos)\n" for k in range(count))
+    display = ", ".join(f"n{k}: c{k}(v{k})" for k in range(count))
+    source = (
+        "def read(data, pos):\n"
+        f"    nulls = from_bytes(data[pos : pos + {null_bytes}], 'little') & {(1 << count) - 1}\n"
+        f"    if nulls:\n        return with_nulls(data, pos + {null_bytes}, nulls)\n"
+        f"    pos += {null_bytes}\n{reads}    return {{{display}}}, pos\n"
+    )
+    exec(compile(source, f"<row image reader of {count} columns>", "exec"), namespace)
+    read: NormalImageReader = namespace["read"]
     return read
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from operator import itemgetter
+from typing import Any, cast
 
 from gtidsnap.column_values import plain_value, value_converter
 from gtidsnap.model import Key, Row, TableId
@@ -85,7 +86,19 @@ class TableSchema:
 
     def key_of(self, row: Row) -> Key:
         """The key of a normalised row, folded by collation so equal keys compare equal."""
-        return tuple(fold_key_value(c, row[c.name]) for c in self.key_columns)
+        return self._key_reader(row)
+
+    @cached_property
+    def _key_reader(self) -> Callable[[Row], Key]:
+        """:meth:`key_of`, chosen once: a key without case-insensitive columns folds nothing, and is
+        read with one ``itemgetter`` (it runs for every image the stream reads)."""
+        columns = self.key_columns
+        if any(c.case_insensitive for c in columns):
+            return lambda row: tuple(fold_key_value(c, row[c.name]) for c in columns)
+        if len(columns) == 1:
+            name = columns[0].name
+            return lambda row: (row[name],)
+        return cast(Callable[[Row], Key], itemgetter(*(c.name for c in columns)))
 
 
 def fold_key_value(column: Column, value: Any) -> Any:

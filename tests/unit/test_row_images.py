@@ -130,7 +130,9 @@ def events(draw: st.DrawFn) -> tuple[bool, list[Column], bytes]:
     for _ in range(draw(st.integers(1, 4)) * (2 if update else 1)):
         nulls = [draw(st.booleans()) if draw(st.integers(0, 3)) == 0 else False for _ in columns]
         bitmap = sum(1 << i for i, null in enumerate(nulls) if null)
-        data += bitmap.to_bytes((len(columns) + 7) // 8, "little")
+        size = (len(columns) + 7) // 8
+        bitmap |= draw(st.integers(0, 2 ** (8 * size - len(columns)) - 1)) << len(columns)  # unused bits
+        data += bitmap.to_bytes(size, "little")
         for null, (_, values) in zip(nulls, shapes, strict=True):
             if not null:
                 data += draw(values)

@@ -262,3 +262,26 @@ def test_an_address_value_that_is_neither_text_nor_bytes_is_refused_not_allocate
     with pytest.raises(TypeError, match="INET4 value is text or bytes, not int"):
         address_text("inet4", 25_278_194_304)
     assert address_text("inet4", b"\x01\x02\x03\x04") == "1.2.3.4"
+
+
+_KEY_COLUMNS = st.sampled_from(
+    [
+        Column("a", "bigint", "bigint(20)"),
+        Column("b", "varchar", "varchar(10)", collation="utf8mb4_general_ci"),
+        Column("c", "varchar", "varchar(10)", collation="utf8mb4_bin"),
+        Column("d", "varchar", "varchar(10)", collation="utf8mb4_0900_ai_ci"),
+        Column("e", "int", "int(11)"),
+    ]
+)
+
+
+@given(
+    st.lists(_KEY_COLUMNS, min_size=1, max_size=4, unique_by=lambda c: c.name),
+    st.lists(st.one_of(st.integers(), st.text(alphabet="aAbB ", max_size=4)), min_size=5, max_size=5),
+)
+def test_key_of_folds_as_fold_key_value(key: list[Column], values: list[Any]) -> None:
+    """The key reader chosen once per shape gives what folding each key column gives."""
+    others = [Column(n, "int", "int(11)") for n in "abcde" if n not in {c.name for c in key}]
+    schema = TableSchema(TableId("d", "t"), (*key, *others), tuple(c.name for c in key))
+    row = dict(zip("abcde", values, strict=True))
+    assert schema.key_of(row) == tuple(fold_key_value(c, row[c.name]) for c in key)
