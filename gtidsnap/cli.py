@@ -207,7 +207,9 @@ def run(
     chunk_size: Annotated[int | None, typer.Option(help="Rows per chunk (snapshot.chunk_size).")] = None,
     readers: Annotated[
         int | None,
-        typer.Option(help="Chunk reader processes; 0 reads on the engine's thread (snapshot.readers)."),
+        typer.Option(
+            help="Chunk reader processes (snapshot.readers; default CPUs - 1); 0: on the engine's thread."
+        ),
     ] = None,
     sink_path: Annotated[str | None, typer.Option(help="Output path (sink.path).")] = None,
     checkpoint: CheckpointOpt = None,

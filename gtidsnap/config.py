@@ -19,7 +19,7 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     [snapshot]
     chunk_size = 1024
     chunk_delay_ms = 0
-    readers = 0                       # chunk reader processes; 0 (default) = on the engine's thread
+    readers = 1                       # chunk reader processes; default CPUs - 1; 0 = on the engine's thread
 
     [binlog]
     heartbeat_s = 1.0
@@ -101,7 +101,7 @@ __all__ = [  # the settings' models are defined in gtidsnap.settings; code reads
 @dataclass(frozen=True)
 class SnapshotSettings:
     """The ``[snapshot]`` section in the engine's units (the delay in seconds); defaults from the model
-    (``readers``: 0, chunks read on the engine's thread)."""
+    (``readers``: CPUs - 1, see :func:`gtidsnap.settings.default_readers`)."""
 
     chunk_size: int = DEFAULT_SETTINGS.snapshot.chunk_size
     chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000

@@ -6,6 +6,7 @@ result the code uses is :class:`gtidsnap.config.Config`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,17 @@ _CONNECTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.f
 # PyMySQL refuses a connect_timeout above a year (ValueError at connect time).
 _PYMYSQL_MAX_CONNECT_TIMEOUT_S = 31_536_000
 MAX_READERS = 64  # most chunk reader processes (snapshot.readers)
+MAX_DEFAULT_READERS = 8  # the default never opens more reader connections than this on a replica
+
+
+def default_readers() -> int:
+    """Chunk reader processes by default: one per CPU this process may run on beyond the engine's
+    own (0 on one CPU: chunks are read on the engine's thread), at most ``MAX_DEFAULT_READERS``."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(0, min(MAX_DEFAULT_READERS, cpus - 1))
 
 
 def show_value(value: Any) -> str:
@@ -162,11 +174,11 @@ class SnapshotSection(_Section):
         default=0.0, ge=0, description="pause between chunks, to spare a busy replica (milliseconds)"
     )
     readers: int = Field(
-        default=0,
+        default_factory=default_readers,
         ge=0,
         le=MAX_READERS,
-        description="chunk reader processes (0: read chunks on the engine's thread, pausing the stream); "
-        "opt-in while its open scenarios are fixed (README: parallel chunk readers)",
+        description="chunk reader processes, each with its own connection (0: read chunks on the "
+        f"engine's thread, pausing the stream); default: CPUs - 1, at most {MAX_DEFAULT_READERS}",
     )
 
 

@@ -5,6 +5,7 @@ once, in the models; the password never shows."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from gtidsnap.config import (
 from gtidsnap.connection import ConnectionSettings, Secret, TlsMode
 from gtidsnap.errors import ConfigError
 from gtidsnap.model import TableId
+from gtidsnap.settings import MAX_DEFAULT_READERS, default_readers
 
 PASSWORD = "hunter2-Sup3r-s3cret"
 
@@ -377,9 +379,15 @@ def test_zero_readers_is_the_engine_thread(tmp_path: Path) -> None:
     assert load_config(None, {}, {"snapshot.readers": 0}).snapshot.readers == 0
 
 
-def test_readers_default_to_the_engine_thread() -> None:
-    assert load_config(None, {}).snapshot.readers == 0
-    assert SnapshotSettings().readers == DEFAULTS["snapshot"]["readers"] == 0
+def test_readers_default_to_one_per_cpu_beyond_the_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    expected = max(0, min(MAX_DEFAULT_READERS, cpus - 1))
+    assert load_config(None, {}).snapshot.readers == expected
+    assert SnapshotSettings().readers == DEFAULTS["snapshot"]["readers"] == expected
+    for cpus, readers in ((1, 0), (2, 1), (4, 3), (9, 8), (96, MAX_DEFAULT_READERS)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cpus: set(range(n)))
+        assert default_readers() == readers, cpus
+        assert load_config(None, {}).snapshot.readers == readers
 
 
 def test_int_is_a_number_for_float_settings(tmp_path: Path) -> None:
