@@ -367,7 +367,7 @@ class Engine:
         assert self._parallel is not None
         progress = self.context.current()
         assert progress is not None
-        if not self._parallel.has_room(progress.table):
+        if not self._parallel.has_room(progress):
             return False
         most = 1 if self.settings.chunk_delay_s > 0 else self._parallel.in_flight
         outcome = self._parallel.plan(

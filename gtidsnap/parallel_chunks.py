@@ -128,10 +128,11 @@ class ParallelChunks:
         self.low_watermark = LowWatermark(replica)
 
     # ------------------------------------------------------------------ planning
-    def has_room(self, table: TableId) -> bool:
-        """May another range of ``table`` be planned now?"""
+    def has_room(self, progress: TableProgress) -> bool:
+        """May another range of ``progress``'s table be planned now? (A snapshot not started yet is
+        a new one: the frontier an earlier snapshot of the table left behind does not hold it back.)"""
         frontier = self._frontier
-        if frontier.table == table and frontier.ended:
+        if frontier.table == progress.table and frontier.ended and progress.started:
             return False
         return len(self._planned) < self.in_flight
 
@@ -143,7 +144,7 @@ class ParallelChunks:
     def plan(self, progress: TableProgress, first_snapshot: bool, chunk_size: int, most: int) -> PlanOutcome:
         """Open up to ``most`` windows on the next ranges of ``progress``'s table and hand them to the
         readers. Call it between transactions only: the windows open at the ``lw`` read here."""
-        table = progress.table
+        table, new_snapshot = progress.table, not progress.started
         try:
             schema = self.schemas.get(table)
             lw = self.low_watermark.read(self.windows.processed)  # first: max_key must see what was streamed
@@ -153,7 +154,7 @@ class ParallelChunks:
                     log.info("%s is empty: snapshot done", table)
                     return SnapshotDone(progress, selected=False)
             assert progress.max_key is not None
-            if self._frontier.table != table:
+            if self._frontier.table != table or new_snapshot:  # the table again: from its start
                 self._frontier = _Frontier(table, progress.last_key)
             opened = 0
             frontier = self._frontier

@@ -197,8 +197,8 @@ def test_plan_opens_a_window_per_range_up_to_the_max_key_and_marks_only_the_last
     assert all(job.schema == SCHEMA and job.condition == "v >= 0" for job in rig.pool.queued)
     assert len(set(rig.windows())) == 4 and rig.chunks.windows.open_windows == 4
     assert rig.chunks.busy
-    assert not rig.chunks.has_room(T), "its last range is planned"
-    assert rig.chunks.has_room(OTHER)
+    assert not rig.chunks.has_room(outcome.progress), "its last range is planned"
+    assert rig.chunks.has_room(TableProgress(OTHER))
 
     assert outs(rig.read()) == [
         (T, (3,), False, [1, 2, 3]),
@@ -208,6 +208,19 @@ def test_plan_opens_a_window_per_range_up_to_the_max_key_and_marks_only_the_last
     ]
     assert rig.replica.limits == [None] * 4, "a reader reads its whole range"
     assert not rig.chunks.busy and rig.chunks.windows.open_windows == 0
+
+
+def test_a_table_snapshotted_again_is_planned_from_its_start() -> None:
+    """A second snapshot of a table (a new signal once the first is done) is not held back by the
+    frontier the first one left at its end (it was: no range was ever planned again)."""
+    rig = Rig(range(1, 7), in_flight=10)
+    first = rig.chunks.plan(TableProgress(T), True, 3, 10)
+    assert outs(rig.read()) == [(T, (3,), False, [1, 2, 3]), (T, (6,), True, [4, 5, 6])]
+    assert not rig.chunks.has_room(first.progress), "the first snapshot's last range is planned"
+    again = TableProgress(T)
+    assert rig.chunks.has_room(again)
+    assert rig.chunks.plan(again, False, 3, 10).windows == 2
+    assert rig.ranges()[-2:] == [(None, (3,)), ((3,), (6,))]
 
 
 def test_a_range_ending_exactly_at_the_max_key_is_the_last() -> None:
@@ -230,9 +243,10 @@ def test_in_flight_and_most_bound_the_windows_and_planning_goes_on_from_the_last
     outcome = rig.plan(most=10)
     assert outcome.windows == 2
     assert rig.ranges() == [(None, (3,)), ((3,), (6,))]
-    assert not rig.chunks.has_room(T) and not rig.chunks.has_room(OTHER), "in_flight reached"
+    assert not rig.chunks.has_room(outcome.progress), "in_flight reached"
+    assert not rig.chunks.has_room(TableProgress(OTHER)), "in_flight reached"
     assert outs(rig.read(rig.windows()[:1])) == [(T, (3,), False, [1, 2, 3])]
-    assert rig.chunks.has_room(T)
+    assert rig.chunks.has_room(outcome.progress)
     # The table's progress says (3,) went out, but (3,)-(6,] is planned already: the next starts at 6.
     progress = outcome.progress.chunk_read((3,), 3)
     assert rig.plan(progress, most=1).windows == 1
