@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gtidsnap.gtid import MysqlGtid
-from gtidsnap.model import BinlogEvent, TxCommit
+from gtidsnap.model import BinlogEvent, Heartbeat, TxBegin, TxCommit
 from gtidsnap.stream_pump import StreamPump
 
 A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -227,3 +227,27 @@ def test_close_warns_and_still_closes_the_stream_when_the_thread_does_not_stop(
 def test_max_events_must_be_positive() -> None:
     with pytest.raises(ValueError):
         StreamPump(FakeStream([]), max_events=0)
+
+
+def test_a_pause_in_the_stream_hands_over_what_was_read() -> None:
+    """Events are batched, but never held back: a transaction's first event followed by nothing
+    (the rest not sent yet, a heartbeat away) is handed over at once."""
+    g = MysqlGtid(A, "", 1)
+    pump = StreamPump(FakeStream([TxBegin(g)], idle_s=0.05)).start()
+    try:
+        assert take(pump, 1, timeout_s=1.0) == [TxBegin(g)]
+    finally:
+        pump.close()
+
+
+def test_batches_keep_the_order_and_the_count() -> None:
+    g = MysqlGtid(A, "", 1)
+    script: list[BinlogEvent | BaseException | None] = [TxBegin(g), Heartbeat(None), TxCommit(g), ev(2)]
+    pump = StreamPump(FakeStream(script, idle_s=0.05)).start()
+    try:
+        time.sleep(0.2)  # everything read ahead
+        assert pump.pending == 4
+        assert take(pump, 4) == [TxBegin(g), Heartbeat(None), TxCommit(g), ev(2)]
+        assert pump.pending == 0
+    finally:
+        pump.close()
