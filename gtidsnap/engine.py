@@ -86,7 +86,7 @@ from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
 from gtidsnap.signal_ledger import SignalLedger
 from gtidsnap.snapshot_request import checked_request
-from gtidsnap.stream_pump import StreamPump
+from gtidsnap.stream_pump import PumpedStream
 from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
@@ -182,14 +182,14 @@ class Engine:
         if self.on_started is not None:
             self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
         stream: StreamPort = self.open_stream(self.processed, self._schema_of)
-        pump: StreamPump | None = None
+        pump: PumpedStream | None = None
         target: GtidSet | None = None
         if isinstance(self.sink, SealingSink):
             self._committer = BackgroundCommitter()
         if self.readers is not None:
             self._parallel = ParallelChunks(self.replica, self.readers, self.schemas, self.processed)
             self.stats.readers = self._parallel.throughput
-            pump = StreamPump(_ShapesForgotten(stream, self.schemas)).start()
+            pump = PumpedStream(_ShapesForgotten(stream, self.schemas))  # pumped while readers work
         try:
             while not self._stop:
                 if self._committer is not None:
@@ -203,6 +203,12 @@ class Engine:
                     self._emit(self._parallel.collect())  # finished reads go out between transactions
                 facts = self._facts(until_caught_up)
                 step = next_step(facts)
+                if pump is not None and not self._in_tx:  # a pump thread only while readers have work
+                    busy = facts.snapshots_waiting or (self._parallel is not None and self._parallel.busy)
+                    if busy:
+                        pump.pump()
+                    else:
+                        pump.unpump()
                 if step is Step.TAKE_CHUNK and self._parallel is None:
                     self._take_chunk()
                     continue

@@ -10,7 +10,7 @@ import pytest
 
 from gtidsnap.gtid import MysqlGtid
 from gtidsnap.model import BinlogEvent, Heartbeat, TxBegin, TxCommit
-from gtidsnap.stream_pump import StreamPump
+from gtidsnap.stream_pump import PumpedStream, StreamPump
 
 A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 PUMP_THREAD = "gtidsnap-stream-pump"
@@ -251,3 +251,54 @@ def test_batches_keep_the_order_and_the_count() -> None:
         assert pump.pending == 0
     finally:
         pump.close()
+
+
+def test_pumped_stream_keeps_the_order_across_pumping_and_not() -> None:
+    """Read directly, then pumped, then directly again (what the pump had read ahead comes first),
+    then pumped again: every event once, in order, and one thread at most."""
+    events = [TxBegin(MysqlGtid(A, "", n)) for n in range(1, 41)]  # no commit: batches of many
+    stream = FakeStream(list(events), idle_s=0.01)
+    source = PumpedStream(stream)
+    got: list[BinlogEvent] = []
+
+    def read(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while n:
+            assert time.monotonic() < deadline, f"events lost: {len(got)} came, {n} more expected"
+            event = source.next(0.1)
+            if event is not None:
+                got.append(event)
+                n -= 1
+
+    try:
+        read(5)
+        assert not source.pumped and not pump_threads()
+        source.pump()
+        read(5)
+        time.sleep(0.1)  # the pump reads ahead
+        source.unpump()
+        assert not source.pumped and not pump_threads()
+        read(20)
+        source.pump()
+        source.pump()  # a no-op when pumped
+        read(10)
+        assert got == events
+    finally:
+        source.close()
+    assert stream.closes == 1 and not pump_threads()
+
+
+def test_a_failure_the_pump_met_comes_after_what_it_read() -> None:
+    boom = Boom("lost")
+    source = PumpedStream(FakeStream([ev(1), ev(2), boom], idle_s=0.01))
+    source.pump()
+    time.sleep(0.1)
+    source.unpump()
+    assert [source.next(0), source.next(0)] == [ev(1), ev(2)]
+    with pytest.raises(Boom):
+        source.next(0)
+    source.pump()  # a failed stream is not pumped again: the failure stays
+    assert not source.pumped
+    with pytest.raises(Boom):
+        source.next(0)
+    source.close()
