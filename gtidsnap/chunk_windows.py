@@ -179,7 +179,10 @@ class ChunkWindows:
         return WindowDiscarded(window.id, window.table, reason)
 
     def _note_seen(self, window: _Window, gtid: Gtid) -> None:
-        window.seen = window.seen.add(gtid)
+        # Minus lw: a MariaDB set adds a GTID as a server position does (every seq up to it), which
+        # would put lw's own transactions into ``seen``, so ``seen - hw`` was never empty and a window
+        # went out before the stream had passed its high watermark (a rewind, seen under a writer).
+        window.seen = window.seen.add(gtid) - window.lw
         _note_max(window, gtid)
 
     def _on_heartbeat(self, event: Heartbeat) -> None:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtidsnap.chunk_windows import ChunkWindows, Output, WindowDiscarded, WindowEmitted
-from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
+from gtidsnap.gtid import GtidSet, MariadbGtid, MariadbGtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 
 T = TableId("shop", "orders")
@@ -306,3 +306,23 @@ def test_abandoning_the_first_window_lets_the_ready_ones_behind_it_go_out() -> N
     first, second = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
     assert windows.rows_read(second, [((6,), {"v": 0})], gtid_set(10) - gtid_set(10)) == ()
     assert windows.abandon(first) == (WindowEmitted(second, T, (((6,), {"v": 0}),)),)
+
+
+def test_a_mariadb_window_waits_for_its_high_watermark_after_commits_past_lw() -> None:
+    """MariaDB sets add a GTID as a position (every seq up to it): ``seen`` once held lw's own
+    transactions, so a window was ready as soon as its rows came and went out before the stream
+    passed hw; the stream's later changes of its rows then rewound them (a CI-seen rewind)."""
+    table = TableId("d", "t")
+    windows = ChunkWindows(MariadbGtidSet.parse("0-1-100"))
+    window = windows.open(table, MariadbGtidSet.parse("0-1-100"))
+    g101, g102, g150 = (MariadbGtid(0, 1, n) for n in (101, 102, 150))
+    for g in (g101, g102):
+        assert windows.feed(TxBegin(g)) == (TxBegin(g),)
+        assert windows.feed(TxCommit(g)) == (TxCommit(g),)
+    hw = MariadbGtidSet.parse("0-1-150") - MariadbGtidSet.parse("0-1-100")
+    row = {"id": 7, "v": 150}
+    assert windows.rows_read(window, [((7,), row)], hw) == (), "the stream is at 102, hw reaches 150"
+    change = RowChange(g150, table, "u", (7,), {"id": 7, "v": 1}, row, key_columns=("id",))
+    assert windows.feed(TxBegin(g150)) == (TxBegin(g150),)
+    assert windows.feed(change) == (change,)
+    assert windows.feed(TxCommit(g150)) == (TxCommit(g150), WindowEmitted(window, table, ()))
