@@ -33,10 +33,10 @@ passwords redacted (MariaDB logs ``IDENTIFIED BY '...'`` in clear).
 Why not ``only_tables``/``only_schemas``: they match table names without their schema, are fixed
 at construction while the captured tables change at run time, and save nothing that matters; the
 translator filters with the ``schema_of`` callback and never decodes the rows of an uncaptured table
-(the library decodes rows lazily, on first access to ``event.rows``, and then through
-:mod:`gtidsnap.row_images`, several times faster than its own per-value decode). ``only_events``
-does limit decoding to the event classes the translator reads (table maps, rotates and format
-descriptions are always decoded by the library, it needs them).
+(the translator reads the rows with :mod:`gtidsnap.row_images`, several times faster than the
+library's own lazy per-value decode of ``event.rows``, which stays for what that module leaves).
+``only_events`` does limit decoding to the event classes the translator reads (table maps, rotates
+and format descriptions are always decoded by the library, it needs them).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from typing import Any, Literal
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 
-from gtidsnap import row_images
 from gtidsnap.binlog_library import (
     EmptyMysqlPosition,
     GuardedConnect,
@@ -66,7 +65,6 @@ from gtidsnap.model import BinlogEvent
 from gtidsnap.server_errors import FATAL_TO_THE_STREAM, Meaning, code_of, meaning
 
 log = logging.getLogger(__name__)
-row_images.install()  # rows events read their rows through gtidsnap.row_images (the library's protocol)
 
 Flavor = Literal["mysql", "mariadb"]
 

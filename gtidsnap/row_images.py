@@ -5,9 +5,9 @@ of every row: about three quarters of the stream's CPU time in a profile).
 The library stays the protocol layer: it reads the event header, the table map and the column
 metadata; only the row bytes are decoded here, with the same results as the library plus gtidsnap's
 fixes in :mod:`gtidsnap.binlog_values` (the same pure decoders). What is not plain (a partial JSON
-update, a MINIMAL row image, a column without a name, a type not listed) goes to the library as before.
-The rows come back in the library's own shape (``values``/``none_sources``, or their ``before_`` and
-``after_`` forms), so nothing after the decode knows which path read them.
+update, a MINIMAL row image, a column without a name, a type not listed) goes to the library as before
+(:meth:`gtidsnap.binlog_translator.EventTranslator` reads ``event.rows`` then). Each value goes
+straight through its column's converter, so the library's rows are never built.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from pymysqlreplication import json_binary
-from pymysqlreplication.constants import BINLOG, FIELD_TYPE, NONE_SOURCE
+from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from gtidsnap.binlog_values import (
@@ -35,8 +34,6 @@ from gtidsnap.binlog_values import (
 
 # A value reader: (row bytes, offset) -> (value, offset after it).
 ValueReader = Callable[[bytes, int], tuple[Any, int]]
-# One row image: (row bytes, offset) -> (values, none_sources, offset after it).
-ImageReader = Callable[[bytes, int], tuple[dict[str, Any], dict[str, str], int]]
 # One row image normalised: (row bytes, offset) -> (values, offset after it).
 NormalImageReader = Callable[[bytes, int], tuple[dict[str, Any], int]]
 Converter = Callable[[Any], Any]
@@ -277,41 +274,6 @@ def _set(size: int, members: Sequence[str]) -> ValueReader:
     return read
 
 
-def image_reader(columns: Sequence[Any], errors: str = "strict") -> ImageReader | None:
-    """The reader of one FULL row image of a table with these (library) columns; None if any column
-    is left to the library."""
-    readers: list[tuple[int, str, ValueReader, str]] = []  # (position, name, reader, why if None)
-    for i, column in enumerate(columns):
-        if not column.name:
-            return None
-        if column.type == FIELD_TYPE.SET:
-            members = _set(column.size, column.set_values or ())
-            readers.append((i, column.name, members, NONE_SOURCE.EMPTY_SET))
-            continue
-        reader = value_reader(column, errors)
-        if reader is None:
-            return None
-        readers.append((i, column.name, reader, NONE_SOURCE.NULL))
-    null_bytes = (len(columns) + 7) // 8
-
-    def read(data: bytes, pos: int) -> tuple[dict[str, Any], dict[str, str], int]:
-        nulls = int.from_bytes(data[pos : pos + null_bytes], "little")
-        pos += null_bytes
-        values: dict[str, Any] = {}
-        sources: dict[str, str] = {}
-        for i, name, reader, why in readers:
-            if nulls and nulls >> i & 1:
-                values[name] = None
-                sources[name] = NONE_SOURCE.NULL
-                continue
-            values[name], pos = reader(data, pos)
-            if values[name] is None:
-                sources[name] = why
-        return values, sources, pos
-
-    return read
-
-
 def _set_or_empty(size: int, members: Sequence[str]) -> ValueReader:
     """A SET's members, an empty set for none (what gtidsnap makes of the library's None and its
     EMPTY_SET source)."""
@@ -397,7 +359,6 @@ def _shape(columns: Sequence[Any]) -> tuple[Any, ...]:
     )
 
 
-_readers: dict[tuple[Any, ...], ImageReader | None] = {}
 _decoded_here = 0  # rows events read by this module
 _left_to_library = 0  # rows events this module declined
 
@@ -415,17 +376,6 @@ def left_to_library() -> int:
 def _all_present(bitmap: bytes, columns: int) -> bool:
     every = (1 << columns) - 1
     return int.from_bytes(bitmap, "little") & every == every
-
-
-def _reader_of(columns: Sequence[Any], errors: str) -> ImageReader | None:
-    key = (errors, _shape(columns))
-    try:
-        return _readers[key]
-    except KeyError:
-        if len(_readers) >= _CACHE_LIMIT:
-            _readers.clear()
-        reader = _readers[key] = image_reader(columns, errors)
-        return reader
 
 
 _normal_readers: dict[
@@ -476,11 +426,11 @@ def normalized_images(
         return None
     if not event.complete:
         return []
-    if not _readable(event):
-        return None
     errors = "ignore" if event._ignore_decode_errors else "strict"
-    read = _normal_reader_of(event.columns, errors, converters, other)
+    read = _normal_reader_of(event.columns, errors, converters, other) if _readable(event) else None
     if read is None:
+        global _left_to_library
+        _left_to_library += 1
         return None
     data = _rest_of(event)
     images: list[dict[str, Any]] = []
@@ -489,72 +439,3 @@ def normalized_images(
         values, pos = read(data, pos)
         images.append(values)
     return images
-
-
-def fetch_rows(event: Any) -> list[dict[str, Any]] | None:
-    """The rows of a WRITE/UPDATE/DELETE rows event in the library's shape, reading the rest of the
-    event; None (nothing read) if the event is left to the library."""
-    if not event.complete:
-        return []
-    if not _readable(event):
-        return None
-    read = _reader_of(event.columns, "ignore" if event._ignore_decode_errors else "strict")
-    if read is None:
-        return None
-    update = isinstance(event, UpdateRowsEvent)
-    data = _rest_of(event)
-    rows: list[dict[str, Any]] = []
-    pos, end = 0, len(data)
-    while pos < end:
-        if update:
-            before, before_sources, pos = read(data, pos)
-            after, after_sources, pos = read(data, pos)
-            rows.append(
-                {
-                    "before_values": before,
-                    "before_none_sources": before_sources,
-                    "after_values": after,
-                    "after_none_sources": after_sources,
-                }
-            )
-        else:
-            values, sources, pos = read(data, pos)
-            rows.append({"values": values, "none_sources": sources})
-    return rows
-
-
-_library_fetch_rows: Callable[[Any], None] = RowsEvent._fetch_rows
-
-
-def _fetch_rows(event: Any) -> None:
-    global _left_to_library
-    rows = fetch_rows(event)
-    if rows is None:
-        _left_to_library += 1
-        _library_fetch_rows(event)
-    else:
-        event._RowsEvent__rows = rows
-
-
-def install() -> None:
-    """Have the library's rows events read their rows here; idempotent. Fails loudly if the library
-    no longer reads rows the way this module replaces (another version than the pinned 1.0.17)."""
-    if RowsEvent._fetch_rows is _fetch_rows:
-        return
-    if not callable(getattr(RowsEvent, "_fetch_rows", None)) or not isinstance(
-        getattr(RowsEvent, "rows", None), property
-    ):
-        raise RuntimeError("python-mysql-replication reads rows differently: gtidsnap needs 1.0.17")
-    RowsEvent._fetch_rows = _fetch_rows
-
-
-@contextmanager
-def library_decode() -> Iterator[None]:
-    """The library's own row decode for the duration, in this process (the benchmark measures its
-    limit, the bare library decode, with it)."""
-    before = RowsEvent._fetch_rows
-    RowsEvent._fetch_rows = _library_fetch_rows
-    try:
-        yield
-    finally:
-        RowsEvent._fetch_rows = before

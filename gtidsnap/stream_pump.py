@@ -10,9 +10,11 @@ Order is kept: one thread reads the stream and puts the events into one FIFO que
 them out in that order. ``None`` from the stream (nothing within a heartbeat) is not queued.
 
 Events cross in batches: a batch is queued at the end of each transaction (its ``TxCommit``), at a
-heartbeat, when the stream has nothing for a moment, and at ``BATCH_EVENTS`` events. One queue
-operation per event (two locks and a condition each side) cost a quarter of the streaming rate; the
-engine acts only between transactions anyway, and a transaction's events come from the server at once.
+heartbeat, when the stream has nothing for a moment, and at ``BATCH_EVENTS`` events: one queue
+operation (two locks and a condition each side) per batch, not per event; the engine acts only
+between transactions anyway, and a transaction's events come from the server at once. The thread
+itself still costs the stream about a quarter of its rate (two Python threads, one interpreter), so
+the engine pumps only while chunk readers have work (:class:`PumpedStream`).
 
 Memory stays bounded: the queue holds at most ``max_events`` events (in whole batches); when it is
 full the thread waits (checking every 0.1 s whether it was closed) with one batch at most in hand, and
