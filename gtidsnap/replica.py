@@ -23,14 +23,15 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import cached_property
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 import pymysql
 import pymysql.cursors
+from pymysql.connections import MySQLResult
 
 from gtidsnap.catalog import Catalog, as_text
 from gtidsnap.chunking import chunk_end_query, chunk_query, max_key_query
@@ -39,12 +40,16 @@ from gtidsnap.errors import ConfigError, PrerequisiteError, QueryError, SchemaEr
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.model import Key, TableId
 from gtidsnap.preflight import RELEVANT_VARIABLES, Problem, ReplicaFacts, find_problems
+from gtidsnap.result_rows import FieldConverter, ReadRow, build_row_reader
 from gtidsnap.schema import TableSchema
 from gtidsnap.server_errors import CR_SSL_CONNECTION_ERROR, Meaning, code_of, is_server_code, meaning
 
 Flavor = Literal["mysql", "mariadb"]
 
+T = TypeVar("T")
+
 READ_TIMEOUT_MARGIN_S = 30.0  # the client gives up this long after the server's statement limit
+ROW_READERS_KEPT = 256  # result shapes whose row readers a session keeps (then it starts afresh)
 _PASSWORD_IN_GRANT = re.compile(r"\s+IDENTIFIED\s.*?(?=\s+WITH\s|$)", re.IGNORECASE)
 
 
@@ -55,8 +60,8 @@ class ChunkResult:
     row's key exactly as the server returned it, the next chunk's lower bound (folded keys must not be
     sent back: ``'abc'`` is not ``'ABC'`` under a binary collation of another key column).
 
-    Rows are normalised on first use of ``rows``, not when selected: the engine takes the high
-    watermark first, so the binlog stays paused only for the SELECT itself.
+    Rows come normalised already when read from the result's packets (:mod:`gtidsnap.result_rows`,
+    ``read_from_packets``); rows PyMySQL parsed are normalised on first use of ``rows``.
     """
 
     def __init__(self, schema: TableSchema, names: Sequence[str], raw_rows: Sequence[Sequence[Any]]) -> None:
@@ -64,10 +69,26 @@ class ChunkResult:
         self.names = tuple(names)
         self.raw_rows = raw_rows
         self.count = len(raw_rows)
+        self.read_from_packets = False
         key_at = [self.names.index(k) for k in schema.key]
         self.last_raw_key: tuple[Any, ...] | None = (
             tuple(raw_rows[-1][i] for i in key_at) if raw_rows else None
         )
+
+    @classmethod
+    def normalised(
+        cls,
+        schema: TableSchema,
+        names: Sequence[str],
+        rows: Sequence[tuple[Key, dict[str, Any]]],
+        last_raw_row: Sequence[Any] | None,
+    ) -> ChunkResult:
+        """A chunk whose rows were normalised as they were read; ``last_raw_row``: the last row as
+        PyMySQL reads it (None when there are no rows)."""
+        chunk = cls(schema, names, [last_raw_row] if last_raw_row is not None else [])
+        chunk.raw_rows, chunk.count, chunk.read_from_packets = (), len(rows), True
+        chunk.__dict__["rows"] = tuple(rows)
+        return chunk
 
     @cached_property
     def rows(self) -> tuple[tuple[Key, dict[str, Any]], ...]:
@@ -77,6 +98,10 @@ class ChunkResult:
             row = normalize(names, raw)
             out.append((key_of(row), row))
         return tuple(out)
+
+
+def _names_and_rows(cur: pymysql.cursors.Cursor) -> tuple[list[str], list[tuple[Any, ...]]]:
+    return [d[0] for d in cur.description or ()], list(cur.fetchall())
 
 
 def parse_version(text: str) -> tuple[Flavor, tuple[int, int, int]]:
@@ -111,6 +136,7 @@ class Replica:
         self._catalog = Catalog(self._dicts, settings.describe())
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._lock = threading.RLock()
+        self._row_readers: dict[tuple[Any, ...], tuple[ReadRow, list[Any]]] = {}
         self._conn = self._connect()
 
     # ------------------------------------------------------------------ connection
@@ -191,10 +217,12 @@ class Replica:
         self.close()
 
     @contextmanager
-    def _cursor(self) -> Iterator[pymysql.cursors.Cursor]:
+    def _cursor(self, unbuffered: bool = False) -> Iterator[pymysql.cursors.Cursor]:
+        """A cursor; ``unbuffered``: one that reads the rows as they are fetched (the chunk readers hook
+        into its result before that)."""
         if self._conn is None:
             self._conn = self._connect()
-        with self._conn.cursor() as cur:
+        with self._conn.cursor(pymysql.cursors.SSCursor if unbuffered else None) as cur:
             yield cur
 
     def _query(self, sql: str, params: Sequence[Any], what: str) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -205,12 +233,21 @@ class Replica:
     def _query_locked(
         self, sql: str, params: Sequence[Any], what: str
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        return self._run_locked(sql, params, what, _names_and_rows)
+
+    def _run_locked(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        what: str,
+        read: Callable[[pymysql.cursors.Cursor], T],
+        unbuffered: bool = False,
+    ) -> T:
         for attempt in (1, 2):
             try:
-                with self._cursor() as cur:
+                with self._cursor(unbuffered) as cur:
                     cur.execute(sql, list(params))
-                    names = [d[0] for d in cur.description or ()]
-                    return names, list(cur.fetchall())
+                    return read(cur)
             except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
                 lost = isinstance(exc, pymysql.err.InterfaceError) or (
                     meaning(code_of(exc)) is Meaning.LOST_CONNECTION
@@ -329,8 +366,43 @@ class Replica:
         """Rows with ``after < key <= upto`` in key order, at most ``limit`` (None: all), normalised
         and keyed."""
         sql, params = chunk_query(schema, after, upto, limit, condition)
-        names, raw_rows = self._query(sql, params, f"selecting a chunk of {schema.table}")
-        return ChunkResult(schema, names, raw_rows)
+        what = f"selecting a chunk of {schema.table}"
+        with self._lock:
+            return self._run_locked(
+                sql, params, what, lambda cur: self._read_chunk(cur, schema), unbuffered=True
+            )
+
+    def _read_chunk(self, cur: pymysql.cursors.Cursor, schema: TableSchema) -> ChunkResult:
+        """The rows of an unbuffered SELECT, read from the packets by the reader of the result's shape;
+        by PyMySQL if its result object is not what :mod:`gtidsnap.result_rows` expects."""
+        names = [d[0] for d in cur.description or ()]
+        result = getattr(cur, "_result", None)
+        fields = getattr(result, "converters", None)
+        if result is None or fields is None or not hasattr(result, "_read_row_from_packet"):
+            return ChunkResult(schema, names, list(cur.fetchall()))
+        reader, last = self._row_reader(schema, names, fields)
+        last[0] = None
+        result._read_row_from_packet = reader  # this result's rows only: the instance, not the class
+        rows = list(cur.fetchall())
+        last_raw_row = None
+        if rows:
+            packet = last[0]
+            packet._position = 0
+            last_raw_row = MySQLResult._read_row_from_packet(result, packet)
+        last[0] = None
+        return ChunkResult.normalised(schema, names, rows, last_raw_row)
+
+    def _row_reader(
+        self, schema: TableSchema, names: Sequence[str], fields: Sequence[FieldConverter]
+    ) -> tuple[ReadRow, list[Any]]:
+        shape = (schema, tuple(names), tuple(fields))
+        found = self._row_readers.get(shape)
+        if found is None:
+            if len(self._row_readers) >= ROW_READERS_KEPT:
+                self._row_readers.clear()
+            last: list[Any] = [None]
+            found = self._row_readers[shape] = (build_row_reader(names, fields, schema, last), last)
+        return found
 
     def chunk_end(
         self,

@@ -36,10 +36,11 @@ import pymysql
 import pytest
 
 from gtidsnap import row_images
+from gtidsnap.chunking import chunk_query
 from gtidsnap.commands import Shutdown
 from gtidsnap.errors import SchemaError
 from gtidsnap.model import TableId
-from gtidsnap.replica import Replica
+from gtidsnap.replica import ChunkResult, Replica
 from gtidsnap.runner import build_engine
 from tests.integration.cdc import make_config, read_records, reader_settings
 from tests.integration.fixtures.db_servers import ReplicaPair
@@ -936,6 +937,8 @@ def test_every_type_as_value_and_key(pair: ReplicaPair, fresh_db: str, tmp_path:
             assert column.data_type == table.data_type, (table.variant.ddl, column)
             usable.append(table)
 
+    check_packet_reader(pair, fresh_db, usable)
+
     values = [TableId(fresh_db, t.name) for t in usable if not t.key]
     keys = [TableId(fresh_db, t.name) for t in usable if t.key]
     by_one, by_two = tmp_path / "chunk1", tmp_path / "chunk2"
@@ -960,6 +963,31 @@ def test_every_type_as_value_and_key(pair: ReplicaPair, fresh_db: str, tmp_path:
                 continue
             problems += check_table(f"{fresh_db}.{table.name}", table, records, out.name)
     assert not problems, f"{len(problems)} problem(s) on {pair.flavor}:\n" + "\n".join(problems)
+
+
+def check_packet_reader(pair: ReplicaPair, db: str, tables: Sequence[Table]) -> None:
+    """Every type's chunk is read from the result's packets (:mod:`gtidsnap.result_rows`) to what
+    PyMySQL's rows of the same SELECT give once normalised, with the raw last key PyMySQL reads."""
+    settings = reader_settings(pair)
+    with (
+        Replica(settings) as replica,
+        pymysql.connect(
+            **settings.pymysql_kwargs(), charset="utf8mb4", init_command="SET time_zone = '+00:00'"
+        ) as conn,
+        conn.cursor() as cur,
+    ):
+        for table in tables:
+            schema = replica.schema(TableId(db, table.name))
+            upto = replica.max_key(schema)
+            assert upto is not None, table.name
+            chunk = replica.select_chunk(schema, None, upto, None)
+            assert chunk.read_from_packets, f"{table.name}: the chunk was not read from its packets"
+            sql, params = chunk_query(schema, None, upto, None)
+            cur.execute(sql, params)
+            theirs = ChunkResult(schema, [d[0] for d in cur.description], list(cur.fetchall()))
+            assert chunk.count == theirs.count > 0, table.name
+            assert chunk.rows == theirs.rows, f"{table.variant.ddl}: {chunk.rows} != {theirs.rows}"
+            assert chunk.last_raw_key == theirs.last_raw_key, table.variant.ddl
 
 
 def check_table(name: str, table: Table, records: list[dict[str, Any]], run: str) -> list[str]:
