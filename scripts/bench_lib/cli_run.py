@@ -121,7 +121,7 @@ class CliResult:
         if "started" in self.marks and "snapshots_done" in self.marks:  # the snapshot phase alone
             out["snapshots_done_s"] = round(self.seconds("started", "snapshots_done"), 3)
         if self.children_hwm_kb:
-            out["jvm_peak_rss_mb"] = round(self.children_hwm_kb / 1024, 1)
+            out["children_peak_rss_mb"] = round(self.children_hwm_kb / 1024, 1)  # a JVM, chunk readers
         out.update(self.summary)
         if "records" in out and out.get("work_s"):  # everything written: snapshot rows and changes
             out["records_per_s"] = round(out["records"] / out["work_s"], 1)

@@ -143,6 +143,18 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             get("e", lambda p: f"{pair('rss_mb', 'big_rss_mb', 0)(p)} ({_share(p['ratio'])})"),
         ),
         (
+            f"e. peak RSS of the engine and its readers together, {rows} / {big} rows table, MB (ratio)",
+            get(
+                "e",
+                lambda p: (
+                    f"{pair('with_readers_rss_mb', 'with_readers_big_rss_mb', 0)(p)}"
+                    f" ({_share(p['ratio_with_readers'])}, {p['readers']} readers)"
+                    if "ratio_with_readers" in p
+                    else DASH
+                ),
+            ),
+        ),
+        (
             f"f. commit-to-visible in the Delta changelog at {latency_rate} rows/s, p50 / p99 s",
             get("f", lambda p: _table_cell(_at_rate(p, s.get("latency_rows_per_s", 5000)), "changelog")),
         ),

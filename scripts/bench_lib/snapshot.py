@@ -69,10 +69,15 @@ def bare_scan(ctx: Context, table: str) -> dict[str, Any]:
     return {"rows": rows, "seconds": round(took, 3), "rows_per_s": round(rows / took, 1)}
 
 
-def cli_snapshot(ctx: Context, table: str, sink: str, rows: int) -> dict[str, Any]:
-    """``gtidsnap run --snapshot bench.<table> --until-caught-up`` into ``sink``, fresh output."""
+def cli_snapshot(
+    ctx: Context, table: str, sink: str, rows: int, readers: int | None = None
+) -> dict[str, Any]:
+    """``gtidsnap run --snapshot bench.<table> --until-caught-up`` into ``sink``, fresh output;
+    ``readers`` chunk readers (None: the default, CPUs - 1)."""
     work = ctx.work(f"snapshot-{sink}-{table}")
     env = cli_run.cli_env(ctx.pair, work, sink, [f"{DATABASE}.{table}"], ctx.chunk_size)
+    if readers is not None:
+        env["GTIDSNAP_SNAPSHOT_READERS"] = str(readers)
     result = cli_run.run(
         ["run", "--snapshot", f"{DATABASE}.{table}", "--until-caught-up"],
         env,
@@ -235,6 +240,9 @@ def spark_append(ctx: Context, table: str) -> dict[str, Any]:
     return out
 
 
+RSS_READERS = 2  # the issue's "with N readers"
+
+
 def _writer(ctx: Context, table: str, rows: int) -> writer.Writer:
     return writer.start(ctx.pair, table, "update", WRITER_RATE, batch=WRITER_BATCH, max_id=rows)
 
@@ -277,28 +285,28 @@ def measure_a(ctx: Context) -> dict[str, Any]:
 
 
 def measure_e(ctx: Context) -> dict[str, Any]:
-    small = ctx.shared.get("snapshot-jsonl")
-    reused = small is not None
-    if small is None:
-        w = _writer(ctx, ctx.table, ctx.rows)
+    """Peak RSS of the 1M and the 5M snapshot with ``RSS_READERS`` chunk readers: the engine's process
+    (its own high-water mark) and the engine with its readers (the sum of every process's)."""
+    runs = {}
+    for name, table, rows in (("small", ctx.table, ctx.rows), ("big", ctx.big_table, ctx.big_rows)):
+        w = _writer(ctx, table, rows)
         try:
-            small = cli_snapshot(ctx, ctx.table, "jsonl", ctx.rows)
+            runs[name] = cli_snapshot(ctx, table, "jsonl", rows, readers=RSS_READERS)
         finally:
-            w.stop()
-    w = _writer(ctx, ctx.big_table, ctx.big_rows)
-    try:
-        big = cli_snapshot(ctx, ctx.big_table, "jsonl", ctx.big_rows)
-    finally:
-        written = w.stop()
+            runs[f"writer_{name}"] = w.stop()
+    small, big = runs["small"], runs["big"]
+    small_all = small["python_peak_rss_mb"] + small.get("children_peak_rss_mb", 0.0)
+    big_all = big["python_peak_rss_mb"] + big.get("children_peak_rss_mb", 0.0)
     return {
         "rows": ctx.rows,
         "big_rows": ctx.big_rows,
         "chunk_size": ctx.chunk_size,
-        "small_reused_from_a": reused,
-        "small": small,
-        "big": big,
-        "writer_big": written,
+        "readers": RSS_READERS,
+        **runs,
         "rss_mb": small["peak_rss_mb"],
         "big_rss_mb": big["peak_rss_mb"],
         "ratio": ratio(big["peak_rss_mb"], small["peak_rss_mb"]),
+        "with_readers_rss_mb": round(small_all, 1),
+        "with_readers_big_rss_mb": round(big_all, 1),
+        "ratio_with_readers": ratio(big_all, small_all),
     }
