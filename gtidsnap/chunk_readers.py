@@ -5,7 +5,11 @@ result set, then normalising each value): on the engine's thread they stop the s
 snapshot at one core. Here each reader is a process with its own read-only connection; it SELECTs a
 key range the engine planned (:mod:`gtidsnap.parallel_chunks`), normalises and keys the rows, reads
 the executed set right after (the chunk's high watermark, before subtracting ``lw``) and sends it all
-back. The engine's loop never waits for a reader: it collects what is finished.
+back. The engine's loop never waits for a reader: it collects what is finished. For a JSON-lines
+output (``ChunkJob.encode``) the reader also writes each row's JSON
+(:func:`gtidsnap.records.snapshot_line_body`), so the engine's thread, the snapshot's limit once
+chunks are read elsewhere, only splices it into the row's line; bytes also cost less to send than
+values.
 
 The pool is the standard library's ``ProcessPoolExecutor`` with the ``spawn`` start method (the
 engine's process has threads, a Kafka client and perhaps a JVM: forking it is unsafe). A reader's
@@ -43,9 +47,10 @@ from gtidsnap.errors import (
     SchemaError,
     SourceError,
 )
-from gtidsnap.model import Key
+from gtidsnap.model import ChunkRow, Key
 from gtidsnap.plan import RawKey
 from gtidsnap.ports import ReplicaPort
+from gtidsnap.records import encoded_chunk_rows
 from gtidsnap.schema import TableSchema
 
 log = logging.getLogger(__name__)
@@ -62,11 +67,12 @@ class ChunkJob:
     after: RawKey | None
     upto: RawKey
     condition: str | None = None
+    encode: bool = False  # send each row's JSON (for a JSON-lines output), not its values
 
     def portable(self) -> ChunkJob:
         """The job without the schema's cached converters (functions do not cross processes)."""
         schema = TableSchema(self.schema.table, self.schema.columns, self.schema.key)
-        return ChunkJob(self.window, schema, self.after, self.upto, self.condition)
+        return ChunkJob(self.window, schema, self.after, self.upto, self.condition, self.encode)
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ class ChunkRead:
     or the failure (``error_type``, ``error``)."""
 
     window: int
-    rows: tuple[tuple[Key, dict[str, Any]], ...] = ()
+    rows: tuple[tuple[Key, ChunkRow], ...] = ()
     executed: str = ""  # the replica's executed set right after the SELECT, as the server wrote it
     reader: int = 0  # the reader's process id (per-reader throughput)
     seconds: float = 0.0  # the SELECT and the normalising, in the reader
@@ -93,7 +99,7 @@ def read_chunk(replica: ReplicaPort, job: ChunkJob) -> ChunkRead:
     try:
         chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
         executed = replica.executed_text()
-        rows = tuple(chunk.rows)
+        rows = encoded_chunk_rows(chunk.rows, job.schema.key) if job.encode else tuple(chunk.rows)
     except GtidsnapError as exc:
         return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
     return ChunkRead(job.window, rows, executed, os.getpid(), time.perf_counter() - started)

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gtidsnap.gtid import Gtid, GtidSet
-from gtidsnap.model import BinlogEvent, Heartbeat, Key, Row, RowChange, SchemaChange, TableId, TxCommit
+from gtidsnap.model import BinlogEvent, ChunkRow, Heartbeat, Key, RowChange, SchemaChange, TableId, TxCommit
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class WindowEmitted:
 
     window: int
     table: TableId
-    rows: tuple[tuple[Key, Row], ...]
+    rows: tuple[tuple[Key, ChunkRow], ...]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class _Window:
     seen: GtidSet  # commits past lw the stream processed
     changed: set[Key] = field(default_factory=set)  # keys touched past lw
     seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
-    rows: dict[Key, Row] | None = None  # None until the reader's rows arrive
+    rows: dict[Key, ChunkRow] | None = None  # None until the reader's rows arrive
     hw: GtidSet | None = None
     fence: GtidSet | None = None  # lw | hw, once hw is known: the stream must process all of it
     ready: bool = False  # rows known and the stream past hw: it goes out once every earlier window has
@@ -117,7 +117,9 @@ class ChunkWindows:
         window = self._windows.get(window_id)
         return None if window is None else window.lw
 
-    def rows_read(self, window_id: int, rows: Iterable[tuple[Key, Row]], hw: GtidSet) -> tuple[Output, ...]:
+    def rows_read(
+        self, window_id: int, rows: Iterable[tuple[Key, ChunkRow]], hw: GtidSet
+    ) -> tuple[Output, ...]:
         """The reader's rows and ``hw`` (executed after the SELECT, minus ``lw``). The window is ready at
         once when the stream has already passed ``hw``, and goes out when every earlier one has."""
         window = self._windows.get(window_id)

@@ -59,8 +59,8 @@ from gtidsnap.model import (
     BinlogEvent,
     ChunkDiscarded,
     ChunkEmitted,
+    ChunkRow,
     Key,
-    Row,
     RowChange,
     SchemaChange,
     TableId,
@@ -80,7 +80,7 @@ from gtidsnap.ports import (
     StreamFactory,
     StreamPort,
 )
-from gtidsnap.records import Record, change_record, snapshot_records
+from gtidsnap.records import Emitted, Record, change_record, snapshot_output
 from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
@@ -187,7 +187,11 @@ class Engine:
         if isinstance(self.sink, SealingSink):
             self._committer = BackgroundCommitter()
         if self.readers is not None:
-            self._parallel = ParallelChunks(self.replica, self.readers, self.schemas, self.processed)
+            # A JSON-lines sink takes rows its readers already wrote as JSON: the engine only splices.
+            encode = bool(getattr(self.sink, "takes_encoded_rows", False))
+            self._parallel = ParallelChunks(
+                self.replica, self.readers, self.schemas, self.processed, encode=encode
+            )
             self.stats.readers = self._parallel.throughput
             pump = PumpedStream(_ShapesForgotten(stream, self.schemas))  # pumped while readers work
         try:
@@ -413,7 +417,7 @@ class Engine:
             self._unfresh(event.tables)
 
     def _emit(self, outputs: Iterable[WindowOutput | ParallelOutput]) -> None:
-        records: list[Record] = []
+        records: list[Emitted] = []
         for out in outputs:
             if isinstance(out, RowChange) and out.table in self.captured:
                 records.append(self._record_of_change(out))
@@ -457,12 +461,12 @@ class Engine:
         self.seq += 1
         return change_record(change, self.seq - 1)
 
-    def _records_of_range(self, chunk: ChunkOut) -> list[Record]:
+    def _records_of_range(self, chunk: ChunkOut) -> list[Emitted]:
         """A parallel reader's chunk goes out: its rows, then the table's progress after its range."""
         progress = self._progress_of(chunk.table)
         return self._chunk_records(progress, chunk.rows, chunk.upto, chunk.last, chunk.key_columns)
 
-    def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Record]:
+    def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Emitted]:
         in_flight, self._chunk = self._chunk, None
         assert in_flight is not None
         key = self.schemas.get(chunk.table).key
@@ -472,17 +476,17 @@ class Engine:
     def _chunk_records(
         self,
         progress: TableProgress,
-        rows: Iterable[tuple[Key, Row]],
+        rows: Iterable[tuple[Key, ChunkRow]],
         next_after: RawKey | None,
         last: bool,
         key: Sequence[str],
-    ) -> list[Record]:
+    ) -> list[Emitted]:
         """A chunk's surviving rows as records; the table's progress moves past it (done if ``last``).
         ``key``: the key columns of the shape the rows were read with (with readers the stream's pump
         forgets shapes at a DDL before this thread reaches it; a renamed table has none to read)."""
         table = progress.table
         values = (row for _, row in rows)
-        records = snapshot_records(table, values, key, self.seq, progress.fresh, int(time.time()))
+        records = snapshot_output(table, values, key, self.seq, progress.fresh, int(time.time()))
         self.seq += len(records)
         progress = progress.chunk_read(next_after, len(records))
         if records:

@@ -16,6 +16,9 @@ Key = tuple[Any, ...]
 (for example case-folded for a case-insensitive collation)."""
 
 Row = Mapping[str, Any]
+# A chunk row as the window keeps it: its values, or the JSON its reader wrote of it
+# (:func:`gtidsnap.records.snapshot_line_body`, for a JSON-lines output).
+ChunkRow = Row | bytes
 Op = Literal["c", "u", "d"]
 
 

@@ -34,7 +34,7 @@ from gtidsnap.chunk_windows import Output as WindowsOutput
 from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.low_watermark import LowWatermark
-from gtidsnap.model import BinlogEvent, Key, Row, TableId
+from gtidsnap.model import BinlogEvent, ChunkRow, Key, TableId
 from gtidsnap.plan import RawKey, TableProgress
 from gtidsnap.ports import ReplicaPort
 from gtidsnap.run_stats import ReaderThroughput
@@ -51,7 +51,7 @@ class ChunkOut:
     ended (the next lower bound) and ``last`` says it was the table's last range."""
 
     table: TableId
-    rows: tuple[tuple[Key, Row], ...]
+    rows: tuple[tuple[Key, ChunkRow], ...]
     upto: RawKey
     last: bool
     key_columns: tuple[str, ...]  # the key of the shape the rows were read with, not the cache's now
@@ -113,8 +113,11 @@ class ParallelChunks:
         schemas: SchemaCache,
         processed: GtidSet,
         in_flight: int | None = None,
+        encode: bool = False,
     ) -> None:
+        """``encode``: the readers send each row's JSON, not its values (the output is JSON lines)."""
         self.replica = replica
+        self.encode = encode
         self.readers = readers
         self.schemas = schemas
         self.windows = ChunkWindows(processed)
@@ -166,7 +169,9 @@ class ParallelChunks:
                 upto = tuple(progress.max_key) if end is None else tuple(end)
                 window = self.windows.open(table, lw)
                 self._planned[window] = _Planned(table, upto, last, tuple(schema.key))
-                self.readers.submit(ChunkJob(window, schema, frontier.after, upto, progress.condition))
+                self.readers.submit(
+                    ChunkJob(window, schema, frontier.after, upto, progress.condition, self.encode)
+                )
                 frontier.after, frontier.ended = upto, last
                 opened += 1
         except SchemaError as exc:

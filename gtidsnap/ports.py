@@ -12,7 +12,7 @@ from gtidsnap.checkpoint import Checkpoint
 from gtidsnap.gtid import GtidSet
 from gtidsnap.model import BinlogEvent, Key, TableId
 from gtidsnap.plan import RawKey
-from gtidsnap.records import Record
+from gtidsnap.records import Emitted
 from gtidsnap.schema import TableSchema
 
 
@@ -83,8 +83,9 @@ class Sink(Protocol):
     def open(self, committed: Any) -> None:
         """Start from the position of the last checkpoint (None: nothing committed yet)."""
 
-    def write(self, records: Sequence[Record]) -> None:
-        """Take records; they become durable only at the next ``commit``."""
+    def write(self, records: Sequence[Emitted]) -> None:
+        r"""Take records; they become durable only at the next ``commit``. :class:`SnapshotLine`\ s
+        come only to a sink whose ``takes_encoded_rows`` is true."""
 
     def commit(self) -> Any:
         """Make everything written durable; return the JSON-able position to checkpoint."""

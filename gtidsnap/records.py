@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gtidsnap.model import Row, RowChange, TableId
+from gtidsnap.model import ChunkRow, Key, Row, RowChange, TableId
 
 RecordOp = Literal["c", "u", "d", "r"]
 
@@ -83,3 +83,68 @@ def snapshot_records(
         Record("r", table, tuple(row.get(c) for c in key_columns), None, row, None, seq, True, now, fresh)
         for seq, row in enumerate(rows, first_seq)
     ]
+
+
+def snapshot_line_body(key: Sequence[Any], row: Row) -> bytes | None:
+    """The part of a snapshot row's JSON line that does not depend on where it goes out (its "key",
+    "before" and "after", as :meth:`Record.to_line` writes them), encoded where the row was read (a
+    chunk reader); None when orjson cannot write it (the row then travels as values)."""
+    try:
+        return orjson.dumps({"key": list(key), "before": None, "after": row})[1:-1]
+    except orjson.JSONEncodeError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotLine:
+    """A snapshot row whose JSON a chunk reader wrote (:func:`snapshot_line_body`): the JSON-lines
+    sink's record of it, the same bytes :meth:`Record.to_line` gives the row's record."""
+
+    table_json: bytes  # the table's name as a JSON string
+    body: bytes
+    seq: int
+    source_ts: int
+
+    def to_line(self) -> bytes:
+        return b'{"op":"r","table":%b,%b,"gtid":null,"seq":%d,"snapshot":true,"source_ts":%d}\n' % (
+            self.table_json,
+            self.body,
+            self.seq,
+            self.source_ts,
+        )
+
+
+Emitted = Record | SnapshotLine  # what the engine hands its sink
+
+
+def encoded_chunk_rows(
+    rows: Iterable[tuple[Key, Row]], key_columns: Sequence[str]
+) -> tuple[tuple[Key, ChunkRow], ...]:
+    """A chunk's rows with each row's JSON written in place of its values (a row orjson cannot write
+    keeps its values): what a reader sends an engine writing JSON lines."""
+    out = []
+    for key, row in rows:
+        body = snapshot_line_body([row.get(c) for c in key_columns], row)
+        out.append((key, body if body is not None else row))
+    return tuple(out)
+
+
+def snapshot_output(
+    table: TableId,
+    rows: Iterable[ChunkRow],
+    key_columns: Sequence[str],
+    first_seq: int,
+    fresh: bool,
+    now: int,
+) -> list[Emitted]:
+    """:func:`snapshot_records` of a chunk whose rows may have been encoded by its reader: those go out
+    as :class:`SnapshotLine` (the same line), the others as records."""
+    table_json = orjson.dumps(str(table))
+    out: list[Emitted] = []
+    for seq, row in enumerate(rows, first_seq):
+        if isinstance(row, bytes):
+            out.append(SnapshotLine(table_json, row, seq, now))
+        else:
+            key = tuple(row.get(c) for c in key_columns)
+            out.append(Record("r", table, key, None, row, None, seq, True, now, fresh))
+    return out

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from gtidsnap.errors import SinkError
-from gtidsnap.records import Record
+from gtidsnap.records import Emitted
 
 
 class JsonlSink:
     """Appends records to one file; ``commit`` fsyncs and returns the committed byte length."""
+
+    takes_encoded_rows = True  # a snapshot row its reader wrote as JSON is spliced into its line
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -46,7 +48,7 @@ class JsonlSink:
         except OSError as exc:
             raise SinkError(f"cannot open {self.path}: {exc}") from exc
 
-    def write(self, records: Sequence[Record]) -> None:
+    def write(self, records: Sequence[Emitted]) -> None:
         if self._file is None:
             raise SinkError("the JSON-lines sink is not open")
         self._file.write(b"".join(r.to_line() for r in records))

@@ -89,6 +89,19 @@ def test_read_chunk_returns_the_rows_then_the_executed_set_read_after_the_select
     assert replica.calls == [("select", SCHEMA, (1,), (3,), None, "id > 0"), ("executed",)]
 
 
+def test_an_encoding_job_sends_each_rows_json_and_a_row_orjson_cannot_write_as_values() -> None:
+    """For a JSON-lines output the reader writes each row's line body; a value orjson refuses (an
+    integer past 64 bits) keeps its row as values, encoded later the way a record is."""
+    replica = FakeReplica((1, 2, 2**70))
+    job = ChunkJob(7, SCHEMA, None, (2**70,), None, encode=True)
+    read = read_chunk(replica, pickle.loads(pickle.dumps(job.portable())))
+    assert read.rows == (
+        ((1,), b'"key":[1],"before":null,"after":{"id":1,"at":null}'),
+        ((2,), b'"key":[2],"before":null,"after":{"id":2,"at":null}'),
+        ((2**70,), {"id": 2**70, "at": None}),
+    )
+
+
 @pytest.mark.parametrize(
     "failure", [QueryError("timeout"), SchemaError("column at is gone"), SourceError("lost connection")]
 )

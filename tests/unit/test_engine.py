@@ -27,7 +27,7 @@ from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.loop_step import EngineSettings
 from gtidsnap.model import BinlogEvent, Heartbeat, Key, RowChange, TableId, TxBegin, TxCommit
 from gtidsnap.plan import SnapshotContext
-from gtidsnap.records import Record
+from gtidsnap.records import Emitted
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.signal_ledger import SignalLedger
 from gtidsnap.sinks.jsonl import JsonlSink
@@ -215,9 +215,9 @@ class SealingJsonl(JsonlSink):
     def __init__(self, path: Path, crash: Callable[[], None]) -> None:
         super().__init__(path)
         self.crash = crash
-        self.buffer: list[Record] = []
+        self.buffer: list[Emitted] = []
 
-    def write(self, records: Sequence[Record]) -> None:
+    def write(self, records: Sequence[Emitted]) -> None:
         self.buffer.extend(records)
 
     def seal(self) -> Callable[[], Any]:

@@ -16,7 +16,7 @@ from gtidsnap.config import SinkSettings
 from gtidsnap.crashpoints import crash_point
 from gtidsnap.errors import ConfigError, SinkError
 from gtidsnap.model import TableId
-from gtidsnap.records import Record
+from gtidsnap.records import Emitted, Record
 from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks import delta_types
 from gtidsnap.sinks.delta.catch_up import (
@@ -169,7 +169,9 @@ class DeltaSink:
         self._failed = None
         log.info("Delta sink at %s open: checkpoint at batch %s, next batch %d", self.root, last, highest + 1)
 
-    def write(self, records: Sequence[Record]) -> None:
+    def write(self, records: Sequence[Emitted]) -> None:
+        if any(not isinstance(r, Record) for r in records):  # it has no takes_encoded_rows
+            raise SinkError("the Delta sink takes records with values, not encoded snapshot lines")
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
         if self._failed is not None:
@@ -178,6 +180,7 @@ class DeltaSink:
             )
         by_table: dict[TableId, list[Record]] = {}
         for r in records:
+            assert isinstance(r, Record)
             by_table.setdefault(r.table, []).append(r)
         for table, rows in by_table.items():
             schema = self.schema_of(table)
