@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gtidsnap.schema import Column
 
-_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
-_TEXT_TYPES = frozenset({"char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum"})
+INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+TEXT_TYPES = frozenset({"char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum"})
 _EPOCH = dt.datetime(1970, 1, 1)  # a TIMESTAMP of 0 seconds: the zero TIMESTAMP, never a valid one
 ZERO_DATETIME = "0000-00-00 00:00:00"
 
@@ -66,9 +66,9 @@ def value_converter(column: Column) -> Callable[[Any], Any]:
     compare them); anything else takes the general route."""
     general = partial(normalize_value, column)
     t = column.data_type
-    if t in _INTEGER_TYPES:
+    if t in INTEGER_TYPES:
         return lambda v: v if v.__class__ is int else general(v)
-    if t in _TEXT_TYPES:
+    if t in TEXT_TYPES:
         return lambda v: v if v.__class__ is str else general(v)
     if t == "datetime":
         return lambda v: v.isoformat(sep=" ") if v.__class__ is dt.datetime else general(v)
@@ -159,7 +159,7 @@ def normalize_value(column: Column, value: Any) -> Any:
         return address_text(t, value)
     if t == "float" and isinstance(value, float | int):
         return _float_as_server_prints(float(value), _declared_scale(column.column_type))
-    if t in _TEXT_TYPES and isinstance(value, bytes | bytearray):
+    if t in TEXT_TYPES and isinstance(value, bytes | bytearray):
         return value.decode("utf-8", errors="surrogateescape")
     if t == "year":
         year = int(value)

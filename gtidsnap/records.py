@@ -75,16 +75,6 @@ def change_record(change: RowChange, seq: int) -> Record:
     )
 
 
-def snapshot_records(
-    table: TableId, rows: Iterable[Row], key_columns: Sequence[str], first_seq: int, fresh: bool, now: int
-) -> list[Record]:
-    """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``now``."""
-    return [
-        Record("r", table, tuple(row.get(c) for c in key_columns), None, row, None, seq, True, now, fresh)
-        for seq, row in enumerate(rows, first_seq)
-    ]
-
-
 def snapshot_line_body(key: Sequence[Any], row: Row) -> bytes | None:
     """The part of a snapshot row's JSON line that does not depend on where it goes out (its "key",
     "before" and "after", as :meth:`Record.to_line` writes them), encoded where the row was read (a
@@ -137,8 +127,9 @@ def snapshot_output(
     fresh: bool,
     now: int,
 ) -> list[Emitted]:
-    """:func:`snapshot_records` of a chunk whose rows may have been encoded by its reader: those go out
-    as :class:`SnapshotLine` (the same line), the others as records."""
+    """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``now``;
+    rows its reader encoded (bytes) go out as :class:`SnapshotLine`, the same line their record would
+    make."""
     table_json = orjson.dumps(str(table))
     out: list[Emitted] = []
     for seq, row in enumerate(rows, first_seq):

@@ -381,7 +381,6 @@ class Replica:
         if result is None or fields is None or not hasattr(result, "_read_row_from_packet"):
             return ChunkResult(schema, names, list(cur.fetchall()))
         reader, last = self._row_reader(schema, names, fields)
-        last[0] = None
         result._read_row_from_packet = reader  # this result's rows only: the instance, not the class
         rows = list(cur.fetchall())
         last_raw_row = None

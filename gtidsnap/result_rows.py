@@ -36,7 +36,7 @@ from typing import Any
 
 from pymysql import converters as pymysql_converters
 
-from gtidsnap.column_values import plain_value
+from gtidsnap.column_values import INTEGER_TYPES, TEXT_TYPES, plain_value
 from gtidsnap.model import Key, Row
 from gtidsnap.schema import TableSchema
 
@@ -44,8 +44,6 @@ Convert = Callable[[Any], Any]
 FieldConverter = tuple[str | None, Convert | None]  # PyMySQL's (encoding, converter) of one field
 ReadRow = Callable[[Any], tuple[Key, Row]]
 
-_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
-_TEXT_TYPES = frozenset({"char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum"})
 _TEMPORAL_LENGTH = {"date": 10, "datetime": 19, "timestamp": 19}
 _EPOCH_TEXT = b"1970-01-01 00:00:00"
 
@@ -70,9 +68,9 @@ def shortcut(
     reader's (``{g}``) value for a column of ``data_type`` read with PyMySQL's ``encoding`` and
     ``converter``; None: no shortcut, the general reader is called. The module doc says why each is
     exact."""
-    if data_type in _INTEGER_TYPES and encoding == "ascii" and converter is int:
+    if data_type in INTEGER_TYPES and encoding == "ascii" and converter is int:
         return "int({v})"
-    if data_type in _TEXT_TYPES and encoding is not None and converter is None:
+    if data_type in TEXT_TYPES and encoding is not None and converter is None:
         return f"{{v}}.decode({encoding!r})"
     if data_type in ("decimal", "numeric") and encoding == "ascii" and converter is Decimal:
         return "{v}.decode('ascii')"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtidsnap.model import TableId
-from gtidsnap.records import SnapshotLine, snapshot_line_body, snapshot_records
+from gtidsnap.records import Record, SnapshotLine, snapshot_line_body, snapshot_output
 
 _SCALARS = (
     st.none()
@@ -36,7 +36,8 @@ def test_a_reader_encoded_row_gives_its_records_line(
 ) -> None:
     table = TableId("db", name)
     key_columns = list(row)[:2]
-    (record,) = snapshot_records(table, [row], key_columns, seq, False, now)
+    (record,) = snapshot_output(table, [row], key_columns, seq, False, now)
+    assert isinstance(record, Record)
     body = snapshot_line_body([row.get(c) for c in key_columns], row)
     if body is None:  # orjson cannot write it: the record's own line is the fallback one
         try:

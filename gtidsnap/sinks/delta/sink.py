@@ -170,8 +170,6 @@ class DeltaSink:
         log.info("Delta sink at %s open: checkpoint at batch %s, next batch %d", self.root, last, highest + 1)
 
     def write(self, records: Sequence[Emitted]) -> None:
-        if any(not isinstance(r, Record) for r in records):  # it has no takes_encoded_rows
-            raise SinkError("the Delta sink takes records with values, not encoded snapshot lines")
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
         if self._failed is not None:
@@ -180,7 +178,8 @@ class DeltaSink:
             )
         by_table: dict[TableId, list[Record]] = {}
         for r in records:
-            assert isinstance(r, Record)
+            if not isinstance(r, Record):  # it has no takes_encoded_rows
+                raise SinkError("the Delta sink takes records with values, not encoded snapshot lines")
             by_table.setdefault(r.table, []).append(r)
         for table, rows in by_table.items():
             schema = self.schema_of(table)
