@@ -50,7 +50,7 @@ from gtidsnap.errors import (
 from gtidsnap.model import ChunkRow, Key
 from gtidsnap.plan import RawKey
 from gtidsnap.ports import ReplicaPort
-from gtidsnap.records import encoded_chunk_rows
+from gtidsnap.records import encoded_chunk_rows, split_chunk_rows
 from gtidsnap.schema import TableSchema
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,8 @@ class ChunkRead:
     or the failure (``error_type``, ``error``)."""
 
     window: int
-    rows: tuple[tuple[Key, ChunkRow], ...] = ()
+    keys: tuple[Key, ...] = ()  # of ``rows``, in order
+    rows: tuple[ChunkRow, ...] = ()
     executed: str = ""  # the replica's executed set right after the SELECT, as the server wrote it
     reader: int = 0  # the reader's process id (per-reader throughput)
     seconds: float = 0.0  # the SELECT and the normalising, in the reader
@@ -99,10 +100,12 @@ def read_chunk(replica: ReplicaPort, job: ChunkJob) -> ChunkRead:
     try:
         chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
         executed = replica.executed_text()
-        rows = encoded_chunk_rows(chunk.rows, job.schema.key) if job.encode else tuple(chunk.rows)
+        keys, rows = (
+            encoded_chunk_rows(chunk.rows, job.schema.key) if job.encode else split_chunk_rows(chunk.rows)
+        )
     except GtidsnapError as exc:
         return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
-    return ChunkRead(job.window, rows, executed, os.getpid(), time.perf_counter() - started)
+    return ChunkRead(job.window, keys, rows, executed, os.getpid(), time.perf_counter() - started)
 
 
 _ERRORS: dict[str, Callable[[str], GtidsnapError]] = {

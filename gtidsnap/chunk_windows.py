@@ -45,7 +45,7 @@ open. This module does no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gtidsnap.gtid import Gtid, GtidSet
@@ -58,7 +58,7 @@ class WindowEmitted:
 
     window: int
     table: TableId
-    rows: tuple[tuple[Key, ChunkRow], ...]
+    rows: tuple[ChunkRow, ...]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,8 @@ class _Window:
     seen: GtidSet  # commits past lw the stream processed
     changed: set[Key] = field(default_factory=set)  # keys touched past lw
     seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
-    rows: dict[Key, ChunkRow] | None = None  # None until the reader's rows arrive
+    keys: tuple[Key, ...] = ()  # of ``rows``, in order
+    rows: tuple[ChunkRow, ...] | None = None  # None until the reader's rows arrive
     hw: GtidSet | None = None
     fence: GtidSet | None = None  # lw | hw, once hw is known: the stream must process all of it
     ready: bool = False  # rows known and the stream past hw: it goes out once every earlier window has
@@ -118,14 +119,17 @@ class ChunkWindows:
         return None if window is None else window.lw
 
     def rows_read(
-        self, window_id: int, rows: Iterable[tuple[Key, ChunkRow]], hw: GtidSet
+        self, window_id: int, keys: Sequence[Key], rows: Sequence[ChunkRow], hw: GtidSet
     ) -> tuple[Output, ...]:
-        """The reader's rows and ``hw`` (executed after the SELECT, minus ``lw``). The window is ready at
-        once when the stream has already passed ``hw``, and goes out when every earlier one has."""
+        """The reader's rows, their keys (``keys[i]`` is ``rows[i]``'s, each key once) and ``hw``
+        (executed after the SELECT, minus ``lw``). The window is ready at once when the stream has
+        already passed ``hw``, and goes out when every earlier one has."""
         window = self._windows.get(window_id)
         if window is None:
             return ()  # discarded meanwhile: the rows are stale
-        window.rows, window.hw, window.fence = dict(rows), hw, window.lw | hw
+        if len(keys) != len(rows):
+            raise ValueError(f"{len(keys)} keys for {len(rows)} rows")
+        window.keys, window.rows, window.hw, window.fence = tuple(keys), tuple(rows), hw, window.lw | hw
         if window.fence <= self.processed or window.seen - hw:  # caught up, or a commit past hw seen
             window.ready = True
         return self._release()
@@ -209,7 +213,10 @@ class ChunkWindows:
     def _close(self, window: _Window) -> tuple[Output, ...]:
         del self._windows[window.id]
         assert window.rows is not None
-        rows = tuple((k, r) for k, r in window.rows.items() if k not in window.changed)
+        rows = window.rows
+        if window.changed:  # most chunks meet no change: their rows go out as they came
+            changed = window.changed
+            rows = tuple(r for k, r in zip(window.keys, rows, strict=True) if k not in changed)
         return (WindowEmitted(window.id, window.table, rows),)
 
 

@@ -60,7 +60,6 @@ from gtidsnap.model import (
     ChunkDiscarded,
     ChunkEmitted,
     ChunkRow,
-    Key,
     RowChange,
     SchemaChange,
     TableId,
@@ -80,7 +79,7 @@ from gtidsnap.ports import (
     StreamFactory,
     StreamPort,
 )
-from gtidsnap.records import Emitted, Record, change_record, snapshot_output
+from gtidsnap.records import Emitted, Record, change_record, emitted_rows, snapshot_output
 from gtidsnap.run_stats import RunStats
 from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
@@ -437,8 +436,9 @@ class Engine:
                 self._drop_window()
         if records:
             self.sink.write(records)
-            self._uncommitted += len(records)
-            self.stats.records += len(records)
+            count = emitted_rows(records)
+            self._uncommitted += count
+            self.stats.records += count
         if self._window is not None and self._window.done:
             self._drop_window()
 
@@ -470,13 +470,13 @@ class Engine:
         in_flight, self._chunk = self._chunk, None
         assert in_flight is not None
         key = self.schemas.get(chunk.table).key
-        progress = in_flight.progress
-        return self._chunk_records(progress, chunk.rows, in_flight.last_raw_key, in_flight.last, key)
+        progress, rows = in_flight.progress, tuple(row for _, row in chunk.rows)
+        return self._chunk_records(progress, rows, in_flight.last_raw_key, in_flight.last, key)
 
     def _chunk_records(
         self,
         progress: TableProgress,
-        rows: Iterable[tuple[Key, ChunkRow]],
+        rows: Sequence[ChunkRow],
         next_after: RawKey | None,
         last: bool,
         key: Sequence[str],
@@ -485,15 +485,14 @@ class Engine:
         ``key``: the key columns of the shape the rows were read with (with readers the stream's pump
         forgets shapes at a DDL before this thread reaches it; a renamed table has none to read)."""
         table = progress.table
-        values = (row for _, row in rows)
-        records = snapshot_output(table, values, key, self.seq, progress.fresh, int(time.time()))
-        self.seq += len(records)
-        progress = progress.chunk_read(next_after, len(records))
-        if records:
+        records = snapshot_output(table, rows, key, self.seq, progress.fresh, int(time.time()))
+        self.seq += len(rows)
+        progress = progress.chunk_read(next_after, len(rows))
+        if rows:
             self.context = self.context.emitted(table)
         self.context = self._finish(progress) if last else self.context.update(progress)
         self.stats.chunks += 1
-        self.stats.snapshot_rows += len(records)
+        self.stats.snapshot_rows += len(rows)
         self._report()
         return records
 

@@ -34,7 +34,7 @@ from gtidsnap.chunk_windows import Output as WindowsOutput
 from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.low_watermark import LowWatermark
-from gtidsnap.model import BinlogEvent, ChunkRow, Key, TableId
+from gtidsnap.model import BinlogEvent, ChunkRow, TableId
 from gtidsnap.plan import RawKey, TableProgress
 from gtidsnap.ports import ReplicaPort
 from gtidsnap.run_stats import ReaderThroughput
@@ -51,7 +51,7 @@ class ChunkOut:
     ended (the next lower bound) and ``last`` says it was the table's last range."""
 
     table: TableId
-    rows: tuple[tuple[Key, ChunkRow], ...]
+    rows: tuple[ChunkRow, ...]
     upto: RawKey
     last: bool
     key_columns: tuple[str, ...]  # the key of the shape the rows were read with, not the cache's now
@@ -220,7 +220,7 @@ class ParallelChunks:
         lw = self.windows.low_watermark(read.window)
         assert lw is not None  # planned windows are open windows
         hw = parse_gtid_set(str(self.replica.flavor), read.executed) - lw
-        return self._mapped(self.windows.rows_read(read.window, read.rows, hw))
+        return self._mapped(self.windows.rows_read(read.window, read.keys, read.rows, hw))
 
     def _read_failed(self, table: TableId, read: ChunkRead) -> list[Output]:
         error = rebuilt_error(read)

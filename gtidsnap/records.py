@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import Any, Literal
 
 import orjson
@@ -85,57 +86,96 @@ def snapshot_line_body(key: Sequence[Any], row: Row) -> bytes | None:
         return None
 
 
+_LINE_HEAD = b'{"op":"r","table":'
+_LINE_SEQ = b',"gtid":null,"seq":'
+
+
 @dataclass(frozen=True, slots=True)
-class SnapshotLine:
-    """A snapshot row whose JSON a chunk reader wrote (:func:`snapshot_line_body`): the JSON-lines
-    sink's record of it, the same bytes :meth:`Record.to_line` gives the row's record."""
+class SnapshotLines:
+    """Consecutive snapshot rows of one chunk whose JSON a chunk reader wrote
+    (:func:`snapshot_line_body`), numbered from ``first_seq``: the JSON-lines sink's records of them,
+    the same bytes :meth:`Record.to_line` gives each row's record. One object a chunk, not one a row:
+    the engine's thread, the snapshot's limit with readers, does no work per row."""
 
     table_json: bytes  # the table's name as a JSON string
-    body: bytes
-    seq: int
+    bodies: tuple[bytes, ...]
+    first_seq: int
     source_ts: int
 
-    def to_line(self) -> bytes:
-        return b'{"op":"r","table":%b,%b,"gtid":null,"seq":%d,"snapshot":true,"source_ts":%d}\n' % (
-            self.table_json,
-            self.body,
-            self.seq,
-            self.source_ts,
-        )
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def to_lines(self) -> bytes:
+        """Every row's line; built by C-level iterators (no Python bytecode a row)."""
+        head = _LINE_HEAD + self.table_json + b","
+        tail = b',"snapshot":true,"source_ts":%d}\n' % self.source_ts
+        seqs = map(b"%d".__mod__, range(self.first_seq, self.first_seq + len(self.bodies)))
+        parts = zip(repeat(head), self.bodies, repeat(_LINE_SEQ), seqs, repeat(tail))
+        return b"".join(chain.from_iterable(parts))
 
 
-Emitted = Record | SnapshotLine  # what the engine hands its sink
+Emitted = Record | SnapshotLines  # what the engine hands its sink
+
+
+def emitted_rows(records: Iterable[Emitted]) -> int:
+    """How many records ``records`` hold (a :class:`SnapshotLines` holds one a row)."""
+    return sum(len(r) if isinstance(r, SnapshotLines) else 1 for r in records)
+
+
+def encoded_line(record: Emitted) -> bytes:
+    """The JSON line(s) of ``record``."""
+    return record.to_lines() if isinstance(record, SnapshotLines) else record.to_line()
+
+
+def split_chunk_rows(rows: Iterable[tuple[Key, Row]]) -> tuple[tuple[Key, ...], tuple[ChunkRow, ...]]:
+    """A chunk's ``(key, row)`` pairs as its keys and its rows, in order: what a reader sends (two
+    tuples pickle faster than a tuple of pairs)."""
+    pairs = tuple(rows)
+    return tuple(k for k, _ in pairs), tuple(r for _, r in pairs)
 
 
 def encoded_chunk_rows(
     rows: Iterable[tuple[Key, Row]], key_columns: Sequence[str]
-) -> tuple[tuple[Key, ChunkRow], ...]:
-    """A chunk's rows with each row's JSON written in place of its values (a row orjson cannot write
-    keeps its values): what a reader sends an engine writing JSON lines."""
-    out = []
+) -> tuple[tuple[Key, ...], tuple[ChunkRow, ...]]:
+    """A chunk's keys and its rows with each row's JSON written in place of its values (a row orjson
+    cannot write keeps its values): what a reader sends an engine writing JSON lines."""
+    keys: list[Key] = []
+    out: list[ChunkRow] = []
     for key, row in rows:
         body = snapshot_line_body([row.get(c) for c in key_columns], row)
-        out.append((key, body if body is not None else row))
-    return tuple(out)
+        keys.append(key)
+        out.append(body if body is not None else row)
+    return tuple(keys), tuple(out)
 
 
 def snapshot_output(
     table: TableId,
-    rows: Iterable[ChunkRow],
+    rows: Sequence[ChunkRow],
     key_columns: Sequence[str],
     first_seq: int,
     fresh: bool,
     now: int,
 ) -> list[Emitted]:
-    """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``now``;
-    rows its reader encoded (bytes) go out as :class:`SnapshotLine`, the same line their record would
-    make."""
+    """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``now``:
+    one for each row, but rows its reader encoded (bytes) go out together as :class:`SnapshotLines`, a
+    run of consecutive ones in each, the same lines their records would make."""
     table_json = orjson.dumps(str(table))
+    if rows and all(map(isinstance, rows, repeat(bytes))):  # the usual case: one object, no loop
+        return [SnapshotLines(table_json, tuple(rows), first_seq, now)]  # type: ignore[arg-type]
     out: list[Emitted] = []
-    for seq, row in enumerate(rows, first_seq):
-        if isinstance(row, bytes):
-            out.append(SnapshotLine(table_json, row, seq, now))
-        else:
-            key = tuple(row.get(c) for c in key_columns)
-            out.append(Record("r", table, key, None, row, None, seq, True, now, fresh))
+    seq, end = first_seq, 0
+    while end < len(rows):
+        start = end
+        while end < len(rows) and isinstance(rows[end], bytes):
+            end += 1
+        if end > start:
+            bodies = rows[start:end]
+            out.append(SnapshotLines(table_json, tuple(bodies), seq, now))  # type: ignore[arg-type]
+            seq += end - start
+            continue
+        row = rows[end]
+        assert not isinstance(row, bytes)
+        key = tuple(row.get(c) for c in key_columns)
+        out.append(Record("r", table, key, None, row, None, seq, True, now, fresh))
+        seq, end = seq + 1, end + 1
     return out

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gtidsnap.errors import SinkError
-from gtidsnap.records import Emitted
+from gtidsnap.records import Emitted, encoded_line
 
 
 class JsonlSink:
@@ -51,7 +51,7 @@ class JsonlSink:
     def write(self, records: Sequence[Emitted]) -> None:
         if self._file is None:
             raise SinkError("the JSON-lines sink is not open")
-        self._file.write(b"".join(r.to_line() for r in records))
+        self._file.write(b"".join(map(encoded_line, records)))
 
     def commit(self) -> int:
         if self._file is None:

@@ -82,7 +82,8 @@ def test_read_chunk_returns_the_rows_then_the_executed_set_read_after_the_select
     replica = FakeReplica((1, 2, 3, 4))
     read = read_chunk(replica, ChunkJob(7, SCHEMA, (1,), (3,), "id > 0"))
     assert read.window == 7 and not read.failed
-    assert read.rows == (((2,), {"id": 2, "at": None}), ((3,), {"id": 3, "at": None}))
+    assert read.keys == ((2,), (3,))
+    assert read.rows == ({"id": 2, "at": None}, {"id": 3, "at": None})
     assert read.executed == EXECUTED
     assert read.reader == os.getpid() and read.seconds >= 0
     assert read.error_type is None and read.error == ""
@@ -95,10 +96,11 @@ def test_an_encoding_job_sends_each_rows_json_and_a_row_orjson_cannot_write_as_v
     replica = FakeReplica((1, 2, 2**70))
     job = ChunkJob(7, SCHEMA, None, (2**70,), None, encode=True)
     read = read_chunk(replica, pickle.loads(pickle.dumps(job.portable())))
+    assert read.keys == ((1,), (2,), (2**70,))
     assert read.rows == (
-        ((1,), b'"key":[1],"before":null,"after":{"id":1,"at":null}'),
-        ((2,), b'"key":[2],"before":null,"after":{"id":2,"at":null}'),
-        ((2**70,), {"id": 2**70, "at": None}),
+        b'"key":[1],"before":null,"after":{"id":1,"at":null}',
+        b'"key":[2],"before":null,"after":{"id":2,"at":null}',
+        {"id": 2**70, "at": None},
     )
 
 
@@ -109,7 +111,7 @@ def test_read_chunk_returns_a_gtidsnap_failure_as_data(failure: GtidsnapError) -
     read = read_chunk(FakeReplica(failure=failure), ChunkJob(3, SCHEMA, None, (3,)))
     assert read.failed
     assert (read.window, read.error_type, read.error) == (3, type(failure).__name__, str(failure))
-    assert read.rows == () and read.executed == "" and read.reader == os.getpid()
+    assert read.rows == () and read.keys == () and read.executed == "" and read.reader == os.getpid()
 
 
 def test_read_chunk_lets_a_bug_through() -> None:
@@ -186,7 +188,7 @@ def test_inline_readers_run_a_job_only_when_finished() -> None:
     assert readers.collect() == ([], False), "collected once"
     readers.finish()
     reads, _ = readers.collect()
-    assert [(r.window, r.rows) for r in reads] == [(1, (((1,), {"id": 1, "at": None}),))]
+    assert [(r.window, r.keys, r.rows) for r in reads] == [(1, ((1,),), ({"id": 1, "at": None},))]
     assert readers.queued == []
 
 

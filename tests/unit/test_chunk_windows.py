@@ -121,8 +121,9 @@ class World:
     def deliver(self, reader: Reader) -> None:
         assert reader.rows is not None and reader.hw is not None
         del self.readers[reader.window]
-        rows = [((k,), {"id": k, "v": v}) for k, v in reader.rows.items()]
-        self.apply(self.windows.rows_read(reader.window, rows, reader.hw), reader)
+        keys = [(k,) for k in reader.rows]
+        rows = [{"id": k, "v": v} for k, v in reader.rows.items()]
+        self.apply(self.windows.rows_read(reader.window, keys, rows, reader.hw), reader)
 
     def stream(self) -> None:
         event = self.events[self.position]
@@ -153,9 +154,10 @@ class World:
                 self.last_emitted = out.window
                 reader = delivered if delivered is not None and delivered.window == out.window else None
                 bounds = (reader.lo, reader.hi) if reader else self.waiting.pop(out.window)
-                for key, row in out.rows:
-                    assert bounds[0] < key[0] <= bounds[1]
-                    self.mirror[key[0]] = row["v"]
+                for row in out.rows:
+                    assert isinstance(row, dict)
+                    assert bounds[0] < row["id"] <= bounds[1]
+                    self.mirror[row["id"]] = row["v"]
                 self.covered.append(bounds)
             elif isinstance(out, WindowDiscarded):
                 bounds = self.waiting.pop(out.window, None)
@@ -253,8 +255,9 @@ def test_rows_of_a_chunk_changed_after_its_low_watermark_are_dropped_even_past_h
     ]
     assert not any(isinstance(o, WindowEmitted) for o in fed), "rows not read yet: nothing to emit"
     # The SELECT ran before g11 (hw empty) and saw key 1 at 0: the stream already emitted its newer image.
-    out = windows.rows_read(w, [((1,), {"v": 0}), ((2,), {"v": 0})], gtid_set(10) - gtid_set(10))
-    assert out == (WindowEmitted(w, T, (((2,), {"v": 0}),)),)
+    rows = [{"id": 1, "v": 0}, {"id": 2, "v": 0}]
+    out = windows.rows_read(w, [(1,), (2,)], rows, gtid_set(10) - gtid_set(10))
+    assert out == (WindowEmitted(w, T, ({"id": 2, "v": 0},)),)
     assert windows.open_windows == 0
     assert windows.feed(TxBegin(g12)) == (TxBegin(g12),)
 
@@ -262,13 +265,13 @@ def test_rows_of_a_chunk_changed_after_its_low_watermark_are_dropped_even_past_h
 def test_a_window_waits_for_hw_then_closes_on_the_completing_commit_or_the_first_event_past_it() -> None:
     windows = ChunkWindows(gtid_set(10))
     a, b = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
-    assert windows.rows_read(a, [((5,), {"v": 0})], gtid_set(11) - gtid_set(10)) == ()
-    assert windows.rows_read(b, [((6,), {"v": 0})], gtid_set(12) - gtid_set(10)) == ()
+    assert windows.rows_read(a, [(5,)], [{"v": 0}], gtid_set(11) - gtid_set(10)) == ()
+    assert windows.rows_read(b, [(6,)], [{"v": 0}], gtid_set(12) - gtid_set(10)) == ()
     g11, g13 = MysqlGtid(U, "", 11), MysqlGtid(U, "", 13)
     assert windows.feed(TxBegin(g11)) == (TxBegin(g11),)
-    assert windows.feed(TxCommit(g11)) == (TxCommit(g11), WindowEmitted(a, T, (((5,), {"v": 0}),)))
+    assert windows.feed(TxCommit(g11)) == (TxCommit(g11), WindowEmitted(a, T, ({"v": 0},)))
     # g12 never reaches the binlog (hw member filtered out); g13 was committed after hw was read.
-    assert windows.feed(TxBegin(g13)) == (WindowEmitted(b, T, (((6,), {"v": 0}),)), TxBegin(g13))
+    assert windows.feed(TxBegin(g13)) == (WindowEmitted(b, T, ({"v": 0},)), TxBegin(g13))
 
 
 def test_a_ddl_discards_the_windows_of_its_table_and_late_rows_are_ignored() -> None:
@@ -278,7 +281,7 @@ def test_a_ddl_discards_the_windows_of_its_table_and_late_rows_are_ignored() -> 
     out = windows.feed(SchemaChange(g11, frozenset({T}), "ALTER TABLE orders ADD c INT"))
     assert [type(o).__name__ for o in out] == ["SchemaChange", "WindowDiscarded"]
     assert isinstance(out[1], WindowDiscarded) and out[1].window == t_window
-    assert windows.rows_read(t_window, [((1,), {"v": 0})], gtid_set(11) - gtid_set(10)) == ()
+    assert windows.rows_read(t_window, [(1,)], [{"v": 0}], gtid_set(11) - gtid_set(10)) == ()
     assert windows.open_windows == 1
     assert windows.abandon(other) == ()
     assert windows.open_windows == 0
@@ -288,24 +291,24 @@ def test_a_ready_window_waits_for_the_earlier_ones_and_keeps_removing_changed_ke
     windows = ChunkWindows(gtid_set(10))
     first, second = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
     empty = gtid_set(10) - gtid_set(10)
-    assert windows.rows_read(second, [((6,), {"v": 0}), ((7,), {"v": 0})], empty) == ()
+    assert windows.rows_read(second, [(6,), (7,)], [{"id": 6, "v": 0}, {"id": 7, "v": 0}], empty) == ()
     g11 = MysqlGtid(U, "", 11)
     out = windows.feed(TxBegin(g11))
     assert out == (TxBegin(g11),), "the second is ready but the first has not gone out"
     windows.feed(RowChange(g11, T, "u", (7,), {"v": 0}, {"v": 1}))
     windows.feed(TxCommit(g11))
-    out = windows.rows_read(first, [((1,), {"v": 0})], empty)
+    out = windows.rows_read(first, [(1,)], [{"v": 0}], empty)
     assert out == (
-        WindowEmitted(first, T, (((1,), {"v": 0}),)),
-        WindowEmitted(second, T, (((6,), {"v": 0}),)),
+        WindowEmitted(first, T, ({"v": 0},)),
+        WindowEmitted(second, T, ({"id": 6, "v": 0},)),
     )
 
 
 def test_abandoning_the_first_window_lets_the_ready_ones_behind_it_go_out() -> None:
     windows = ChunkWindows(gtid_set(10))
     first, second = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
-    assert windows.rows_read(second, [((6,), {"v": 0})], gtid_set(10) - gtid_set(10)) == ()
-    assert windows.abandon(first) == (WindowEmitted(second, T, (((6,), {"v": 0}),)),)
+    assert windows.rows_read(second, [(6,)], [{"v": 0}], gtid_set(10) - gtid_set(10)) == ()
+    assert windows.abandon(first) == (WindowEmitted(second, T, ({"v": 0},)),)
 
 
 def test_a_mariadb_window_waits_for_its_high_watermark_after_commits_past_lw() -> None:
@@ -321,7 +324,7 @@ def test_a_mariadb_window_waits_for_its_high_watermark_after_commits_past_lw() -
         assert windows.feed(TxCommit(g)) == (TxCommit(g),)
     hw = MariadbGtidSet.parse("0-1-150") - MariadbGtidSet.parse("0-1-100")
     row = {"id": 7, "v": 150}
-    assert windows.rows_read(window, [((7,), row)], hw) == (), "the stream is at 102, hw reaches 150"
+    assert windows.rows_read(window, [(7,)], [row], hw) == (), "the stream is at 102, hw reaches 150"
     change = RowChange(g150, table, "u", (7,), {"id": 7, "v": 1}, row, key_columns=("id",))
     assert windows.feed(TxBegin(g150)) == (TxBegin(g150),)
     assert windows.feed(change) == (change,)

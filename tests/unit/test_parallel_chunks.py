@@ -172,7 +172,7 @@ class Rig:
 
 
 def keys_of(out: ChunkOut) -> list[int]:
-    return [key[0] for key, _ in out.rows]
+    return [row["id"] for row in out.rows]  # type: ignore[index]
 
 
 def outs(outputs: Iterable[Output]) -> list[tuple[TableId, tuple[Any, ...], bool, list[int]]]:

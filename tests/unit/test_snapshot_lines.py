@@ -5,11 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtidsnap.model import TableId
-from gtidsnap.records import Record, SnapshotLine, snapshot_line_body, snapshot_output
+from gtidsnap.records import (
+    Record,
+    SnapshotLines,
+    emitted_rows,
+    encoded_chunk_rows,
+    encoded_line,
+    snapshot_line_body,
+    snapshot_output,
+)
 
 _SCALARS = (
     st.none()
@@ -26,24 +35,36 @@ _VALUES = st.recursive(
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.dictionaries(st.text(max_size=8), _VALUES, min_size=1, max_size=6),
+    st.lists(st.dictionaries(st.text(max_size=8), _VALUES, min_size=1, max_size=6), max_size=6),
     st.integers(0, 2**40),
     st.integers(0, 2**34),
     st.text(st.characters(min_codepoint=32, exclude_categories=["Cs"]), min_size=1, max_size=10),
 )
-def test_a_reader_encoded_row_gives_its_records_line(
-    row: dict[str, Any], seq: int, now: int, name: str
+def test_a_chunk_its_reader_encoded_gives_its_records_lines(
+    rows: list[dict[str, Any]], seq: int, now: int, name: str
 ) -> None:
+    """A reader's chunk (some rows encoded, the ones orjson refuses as values) makes, byte for byte, the
+    lines of the records of the same rows, numbered alike: one SnapshotLines per run of encoded rows."""
     table = TableId("db", name)
-    key_columns = list(row)[:2]
-    (record,) = snapshot_output(table, [row], key_columns, seq, False, now)
-    assert isinstance(record, Record)
-    body = snapshot_line_body([row.get(c) for c in key_columns], row)
-    if body is None:  # orjson cannot write it: the record's own line is the fallback one
-        try:
-            orjson.dumps(record.to_json())
-        except orjson.JSONEncodeError:
-            return
-        raise AssertionError("a body was refused though the record's line is orjson's")
-    line = SnapshotLine(orjson.dumps(str(table)), body, seq, now).to_line()
-    assert line == record.to_line()
+    key_columns = ["k"]
+    rows = [{"k": i, **row} for i, row in enumerate(rows)]
+    plain = snapshot_output(table, rows, key_columns, seq, False, now)
+    assert all(isinstance(r, Record) for r in plain) and len(plain) == len(rows)
+    keys, encoded = encoded_chunk_rows((((i,), row) for i, row in enumerate(rows)), key_columns)
+    assert keys == tuple((i,) for i in range(len(rows)))
+    for row, sent in zip(rows, encoded, strict=True):
+        if isinstance(sent, bytes):
+            assert sent == snapshot_line_body([row["k"]], row)
+        else:  # orjson cannot write it: the record's own line is the fallback one
+            assert sent is row
+            with pytest.raises(orjson.JSONEncodeError):
+                orjson.dumps(row)
+    out = snapshot_output(table, encoded, key_columns, seq, False, now)
+    assert emitted_rows(out) == len(rows)
+    runs = sum(
+        1
+        for i, r in enumerate(encoded)
+        if isinstance(r, bytes) and (i == 0 or not isinstance(encoded[i - 1], bytes))
+    )
+    assert sum(isinstance(r, SnapshotLines) for r in out) == runs, "one object per run of encoded rows"
+    assert b"".join(map(encoded_line, out)) == b"".join(r.to_line() for r in plain)
