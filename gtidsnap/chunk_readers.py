@@ -5,7 +5,11 @@ result set, then normalising each value): on the engine's thread they stop the s
 snapshot at one core. Here each reader is a process with its own read-only connection; it SELECTs a
 key range the engine planned (:mod:`gtidsnap.parallel_chunks`), normalises and keys the rows, reads
 the executed set right after (the chunk's high watermark, before subtracting ``lw``) and sends it all
-back. The engine's loop never waits for a reader: it collects what is finished. For a JSON-lines
+back. The window opened at the stream's position when the job was handed out (its ``lw``): before
+its SELECT the reader makes sure every transaction of ``lw`` is visible to it
+(:mod:`gtidsnap.low_watermark`; the visible set it read with its previous chunk's high watermark
+usually shows it, so it costs no round trip), which spares the engine's thread a round trip per
+chunk. The engine's loop never waits for a reader: it collects what is finished. For a JSON-lines
 output (``ChunkJob.encode``) the reader also writes each row's JSON
 (:func:`gtidsnap.records.snapshot_line_body`), so the engine's thread, the snapshot's limit once
 chunks are read elsewhere, only splices it into the row's line; bytes also cost less to send than
@@ -33,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gtidsnap.connection import ConnectionSettings
@@ -47,6 +51,8 @@ from gtidsnap.errors import (
     SchemaError,
     SourceError,
 )
+from gtidsnap.gtid import parse_gtid_set
+from gtidsnap.low_watermark import LowWatermark
 from gtidsnap.model import ChunkRow, Key
 from gtidsnap.plan import RawKey
 from gtidsnap.ports import ReplicaPort
@@ -60,7 +66,8 @@ PARENT_CHECK_S = 0.5  # how often a reader checks that its engine is alive
 
 @dataclass(frozen=True)
 class ChunkJob:
-    """Read the rows with ``after < key <= upto`` (matching ``condition``) for window ``window``."""
+    """Read the rows with ``after < key <= upto`` (matching ``condition``) for window ``window``, with a
+    SELECT that sees every transaction of ``lw`` (the window's low watermark, as text)."""
 
     window: int
     schema: TableSchema
@@ -68,11 +75,12 @@ class ChunkJob:
     upto: RawKey
     condition: str | None = None
     encode: bool = False  # send each row's JSON (for a JSON-lines output), not its values
+    lw: str = ""
 
     def portable(self) -> ChunkJob:
         """The job without the schema's cached converters (functions do not cross processes)."""
         schema = TableSchema(self.schema.table, self.schema.columns, self.schema.key)
-        return ChunkJob(self.window, schema, self.after, self.upto, self.condition, self.encode)
+        return replace(self, schema=schema)
 
 
 @dataclass(frozen=True)
@@ -88,24 +96,35 @@ class ChunkRead:
     seconds: float = 0.0  # the SELECT and the normalising, in the reader
     error_type: str | None = None
     error: str = ""
+    warning: str = ""  # for the engine's log: this read gave up waiting for lw to be visible
 
     @property
     def failed(self) -> bool:
         return self.error_type is not None
 
 
-def read_chunk(replica: ReplicaPort, job: ChunkJob) -> ChunkRead:
-    """One job on ``replica``: the SELECT, then the executed set (so ``hw`` covers the SELECT)."""
+def read_chunk(replica: ReplicaPort, job: ChunkJob, watermark: LowWatermark | None = None) -> ChunkRead:
+    """One job on ``replica``: once ``job.lw`` is visible (:meth:`LowWatermark.ensure_visible`; the
+    visible set read with the previous chunk's ``hw`` usually shows it, so no round trip), the SELECT,
+    then the executed set, ``hw`` (so it covers the SELECT), with the visible set for the next job.
+    ``watermark``: the reader's own, kept from job to job."""
     started = time.perf_counter()
+    watermark = watermark if watermark is not None else LowWatermark(replica)
+    gave_up = watermark.gave_up
     try:
+        if job.lw:
+            watermark.ensure_visible(parse_gtid_set(str(replica.flavor), job.lw))
         chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
-        executed = replica.executed_text()
+        executed, visible = replica.executed_and_visible()
+        watermark.saw(visible)
         keys, rows = (
             encoded_chunk_rows(chunk.rows, job.schema.key) if job.encode else split_chunk_rows(chunk.rows)
         )
     except GtidsnapError as exc:
         return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
-    return ChunkRead(job.window, keys, rows, executed, os.getpid(), time.perf_counter() - started)
+    warning = watermark.gave_up if watermark.gave_up != gave_up else None
+    seconds = time.perf_counter() - started
+    return ChunkRead(job.window, keys, rows, str(executed), os.getpid(), seconds, warning=warning or "")
 
 
 _ERRORS: dict[str, Callable[[str], GtidsnapError]] = {
@@ -138,6 +157,7 @@ class ChunkReaderPool(Protocol):
 # ----------------------------------------------------------------------------- in processes
 
 _worker_replica: Any = None
+_worker_watermark: LowWatermark | None = None
 _worker_settings: ConnectionSettings | None = None
 
 
@@ -159,7 +179,7 @@ def _exit_with_engine(engine_pid: int) -> None:
 
 def _worker_read(job: ChunkJob) -> ChunkRead:
     """A job in a reader process, on the process's own connection (opened on first use)."""
-    global _worker_replica
+    global _worker_replica, _worker_watermark
     if _worker_replica is None:
         from gtidsnap.replica import Replica  # the reader's process imports it, the engine's has it
 
@@ -168,7 +188,8 @@ def _worker_read(job: ChunkJob) -> ChunkRead:
             _worker_replica = Replica(_worker_settings)
         except GtidsnapError as exc:
             return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
-    return read_chunk(_worker_replica, job)
+        _worker_watermark = LowWatermark(_worker_replica)
+    return read_chunk(_worker_replica, job, _worker_watermark)
 
 
 @dataclass
@@ -248,6 +269,7 @@ class InlineChunkReaders:
     queued: list[ChunkJob] = field(default_factory=list)
     _done: list[ChunkRead] = field(default_factory=list)
     broken: bool = False
+    _watermark: LowWatermark | None = None
 
     @property
     def size(self) -> int:
@@ -261,7 +283,9 @@ class InlineChunkReaders:
         wanted = None if windows is None else set(windows)
         for job in [j for j in self.queued if wanted is None or j.window in wanted]:
             self.queued.remove(job)
-            self._done.append(read_chunk(self.replica, job))
+            if self._watermark is None:
+                self._watermark = LowWatermark(self.replica)
+            self._done.append(read_chunk(self.replica, job, self._watermark))
 
     def collect(self) -> tuple[list[ChunkRead], bool]:
         if self.broken:

@@ -199,22 +199,44 @@ def chunk_query(
     return (sql if limit is None else f"{sql} LIMIT {int(limit)}"), params
 
 
-def chunk_end_query(
+def chunk_ends_query(
     schema: TableSchema,
     after: Sequence[Any] | None,
     upto: Sequence[Any],
     size: int,
+    count: int,
     condition: str | None = None,
 ) -> tuple[str, Params]:
-    """The key of the ``size``-th row after ``after`` (up to ``upto``): where a chunk of ``size`` rows
-    ends. Only key columns cross the wire, so the engine plans the next ranges cheaply and hands the
-    rows themselves to parallel readers. No row: the range up to ``upto`` holds fewer rows."""
-    if size < 1:
-        raise ValueError(f"chunk size must be at least 1, not {size}")
+    """The keys of the ``size``-th, ``2 * size``-th, ... ``count * size``-th rows after ``after`` (up to
+    ``upto``): where the next ``count`` chunks of ``size`` rows end, in key order, fewer when fewer rows
+    remain. Only key columns cross the wire, ``count`` at most, so the engine plans ranges for parallel
+    readers with one round trip for several chunks.
+
+    The innermost SELECT is the keyset walk itself, bounded by its LIMIT (the server reads at most
+    ``count * size`` index entries); the row numbers are taken over that result only (a window function
+    beside the LIMIT would number the whole rest of the table first). MySQL 8.0 and MariaDB 10.2 and
+    later have ``ROW_NUMBER``; the derived tables keep the key columns' types and collations, so the
+    numbering follows the index's order."""
+    if size < 1 or count < 1:
+        raise ValueError(f"chunk size and count must be at least 1, not {size} and {count}")
     where, params = _range_where(schema, after, upto, condition)
     key = ", ".join(_ident(n) for n in schema.key)
-    sql = f"SELECT {BOUNDS_MODE}{key} FROM {_table(schema)} WHERE {where} ORDER BY {key}"
-    return f"{sql} LIMIT 1 OFFSET {int(size) - 1}", params
+    number = _ident(_free_name("gtidsnap_row", schema.key))
+    keys = f"SELECT {key} FROM {_table(schema)} WHERE {where} ORDER BY {key} LIMIT {int(size) * int(count)}"
+    numbered = f"SELECT {key}, ROW_NUMBER() OVER (ORDER BY {key}) AS {number} FROM ({keys}) AS gtidsnap_keys"
+    sql = (
+        f"SELECT {BOUNDS_MODE}{key} FROM ({numbered}) AS gtidsnap_ends "
+        f"WHERE MOD({number}, {int(size)}) = 0 ORDER BY {number}"
+    )
+    return sql, params
+
+
+def _free_name(name: str, taken: Sequence[str]) -> str:
+    """``name``, with underscores added until no column of ``taken`` has it (case-insensitively)."""
+    lowered = {t.lower() for t in taken}
+    while name.lower() in lowered:
+        name += "_"
+    return name
 
 
 def _range_where(

@@ -39,7 +39,8 @@ T = TypeVar("T")
 
 
 class LowWatermark:
-    """Reads ``lw`` for the next chunk, after waiting until the stream's transactions are visible."""
+    """Reads ``lw`` for the next chunk, after waiting until the stream's transactions are visible; or,
+    for a chunk reader whose window opened at the stream's position, only waits (:meth:`ensure_visible`)."""
 
     def __init__(
         self,
@@ -53,13 +54,32 @@ class LowWatermark:
         self.sleep = sleep
         self.clock = clock
         self.waits = 0  # reads that had to wait (for the tests and the curious)
-        self._wait = True  # False once the visible set failed to cover the stream for timeout_s
+        self.gave_up: str | None = None  # the warning, once the visible set failed to cover the stream
+        self._visible: GtidSet | None = None  # the newest visible set read (:meth:`saw`)
 
     def read(self, processed: GtidSet) -> GtidSet:
         """The executed set, once every transaction in ``processed`` is visible to a new read."""
-        if not self._wait:
-            executed, _ = self.replica.executed_and_visible()
-            return _covering(executed, processed)
+        executed, _ = self._wait_visible(processed)
+        return _covering(executed, processed)
+
+    def ensure_visible(self, processed: GtidSet) -> None:
+        """Return once every transaction in ``processed`` is visible to a new read (or waiting was given
+        up). A visible set read before (:meth:`saw`, say with a chunk's high watermark) that covers it
+        answers at once, with no round trip: visible sets only grow."""
+        if self._visible is None or not processed <= self._visible:
+            self._wait_visible(processed)
+
+    def saw(self, visible: GtidSet) -> None:
+        """``visible`` was read (with a chunk's high watermark): later waits start from it."""
+        self._visible = visible
+
+    def _wait_visible(self, processed: GtidSet) -> tuple[GtidSet, GtidSet]:
+        """The executed and visible sets, read until the visible one covers ``processed`` (for up to
+        ``timeout_s``, then never waiting again, with a warning)."""
+        if self.gave_up is not None:
+            executed, visible = self.replica.executed_and_visible()
+            self._visible = visible
+            return executed, visible
         (executed, visible), reads = _poll(
             self.replica.executed_and_visible,
             lambda sets: processed <= sets[1],
@@ -68,18 +88,16 @@ class LowWatermark:
             self.clock,
         )
         self.waits += reads > 1
+        self._visible = visible
         if not processed <= visible:
-            self._wait = False
-            log.warning(
-                "the replica's visible set %s has not covered transactions the stream processed (%s) in "
-                "%.0f s: chunks are read from now on without waiting for them, so a chunk read in the "
-                "instant a transaction commits may miss it (is %s a replica applying its source?)",
-                visible,
-                processed - visible,
-                self.timeout_s,
-                self.replica.describe(),
+            self.gave_up = (
+                f"the replica's visible set {visible} has not covered transactions the stream processed "
+                f"({processed - visible}) in {self.timeout_s:.0f} s: chunks are read from now on without "
+                "waiting for them, so a chunk read in the instant a transaction commits may miss it (is "
+                f"{self.replica.describe()} a replica applying its source?)"
             )
-        return _covering(executed, processed)
+            log.warning("%s", self.gave_up)
+        return executed, visible
 
 
 def _covering(executed: GtidSet, processed: GtidSet) -> GtidSet:

@@ -1,9 +1,11 @@
 """A table's snapshot read by several readers while the stream runs on (``snapshot.readers`` > 0).
 
-The engine's thread plans: at a transaction boundary it reads ``lw`` once, then for each free reader
-finds where the next chunk ends (:meth:`Replica.chunk_end`: only key columns cross the wire), opens a
-window at ``lw`` (:class:`gtidsnap.chunk_windows.ChunkWindows`) and hands the range to a reader
-(:mod:`gtidsnap.chunk_readers`). The readers SELECT their ranges and read their own high watermarks;
+The engine's thread plans: at a transaction boundary, for each free reader, it takes where the next
+chunk ends (:meth:`Replica.chunk_ends` finds the ends of ``ENDS_AT_ONCE`` chunks in one round trip:
+only key columns cross the wire), opens a window at the stream's position, its ``lw``
+(:class:`gtidsnap.chunk_windows.ChunkWindows`), and hands the range to a reader
+(:mod:`gtidsnap.chunk_readers`), which waits until its SELECT sees all of ``lw``. No query runs on
+the engine's thread per chunk. The readers SELECT their ranges and read their own high watermarks;
 the engine collects their rows between transactions, and every event it processes passes the windows.
 A window goes out when its rows are known and the stream has passed its high watermark, in the order
 the windows were opened: so chunks reach the output in key order, and the table's progress is still
@@ -24,8 +26,9 @@ What can go wrong with a chunk, and what becomes of it (returned as plain data f
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gtidsnap.chunk_readers import ChunkJob, ChunkRead, ChunkReaderPool, rebuilt_error
 from gtidsnap.chunk_taker import SCHEMA_RETRIES, ShapeChanged, SnapshotDone, SnapshotFailed
@@ -38,11 +41,13 @@ from gtidsnap.model import BinlogEvent, ChunkRow, TableId
 from gtidsnap.plan import RawKey, TableProgress
 from gtidsnap.ports import ReplicaPort
 from gtidsnap.run_stats import ReaderThroughput
+from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
 
 log = logging.getLogger(__name__)
 
 POOL_RESTARTS = 3  # reader pools that die in a row, without a chunk going out between, before giving up
+ENDS_AT_ONCE = 8  # chunk ends found by one query (a stale end only makes its chunk larger or smaller)
 
 
 @dataclass(frozen=True)
@@ -96,11 +101,15 @@ class _Planned:
 
 @dataclass
 class _Frontier:
-    """Where the next range of the table being read starts, and whether its last one is planned."""
+    """Where the next range of the table being read starts, and whether its last one is planned; the
+    chunk ends found ahead (for chunks of ``size`` rows), and whether the rows ran out after them."""
 
     table: TableId | None = None
     after: RawKey | None = None
     ended: bool = False
+    ends: deque[RawKey] = field(default_factory=deque)
+    size: int = 0
+    exhausted: bool = False
 
 
 class ParallelChunks:
@@ -148,10 +157,11 @@ class ParallelChunks:
         """Open up to ``most`` windows on the next ranges of ``progress``'s table and hand them to the
         readers. Call it between transactions only: the windows open at the ``lw`` read here."""
         table, new_snapshot = progress.table, not progress.started
+        lw = self.windows.processed  # the stream's position: its readers wait until they see all of it
         try:
             schema = self.schemas.get(table)
-            lw = self.low_watermark.read(self.windows.processed)  # first: max_key must see what was streamed
             if not progress.started:
+                self.low_watermark.read(lw)  # first: max_key must see what was streamed
                 progress = progress.begun(self.replica.max_key(schema, progress.condition), first_snapshot)
                 if progress.done:
                     log.info("%s is empty: snapshot done", table)
@@ -161,16 +171,15 @@ class ParallelChunks:
                 self._frontier = _Frontier(table, progress.last_key)
             opened = 0
             frontier = self._frontier
+            lw_text = str(lw)
             while opened < most and not frontier.ended and len(self._planned) < self.in_flight:
-                end = self.replica.chunk_end(
-                    schema, frontier.after, progress.max_key, chunk_size, progress.condition
-                )
+                end = self._next_end(schema, progress, chunk_size)
                 last = end is None or tuple(end) == tuple(progress.max_key)
                 upto = tuple(progress.max_key) if end is None else tuple(end)
                 window = self.windows.open(table, lw)
                 self._planned[window] = _Planned(table, upto, last, tuple(schema.key))
                 self.readers.submit(
-                    ChunkJob(window, schema, frontier.after, upto, progress.condition, self.encode)
+                    ChunkJob(window, schema, frontier.after, upto, progress.condition, self.encode, lw_text)
                 )
                 frontier.after, frontier.ended = upto, last
                 opened += 1
@@ -180,6 +189,22 @@ class ParallelChunks:
             self._schema_retries = 0
             return SnapshotFailed(progress, exc)
         return ChunksPlanned(progress, opened)
+
+    def _next_end(self, schema: TableSchema, progress: TableProgress, chunk_size: int) -> RawKey | None:
+        """Where the chunk after the frontier ends; None: it runs to the snapshot's greatest key. The
+        ends of ``ENDS_AT_ONCE`` chunks are found at once and kept (dropped if the chunk size changes)."""
+        frontier = self._frontier
+        assert progress.max_key is not None
+        if frontier.size != chunk_size:
+            frontier.ends.clear()
+            frontier.size, frontier.exhausted = chunk_size, False
+        if not frontier.ends and not frontier.exhausted:
+            ends = self.replica.chunk_ends(
+                schema, frontier.after, progress.max_key, chunk_size, ENDS_AT_ONCE, progress.condition
+            )
+            frontier.ends.extend(tuple(end) for end in ends)
+            frontier.exhausted = len(ends) < ENDS_AT_ONCE
+        return frontier.ends.popleft() if frontier.ends else None
 
     def _shape_changed(self, progress: TableProgress, exc: SchemaError) -> ShapeChanged | SnapshotFailed:
         self.schemas.forget(progress.table)
@@ -211,6 +236,8 @@ class ParallelChunks:
         planned = self._planned.get(read.window)
         if planned is None:
             return []  # its window was dropped meanwhile
+        if read.warning:
+            log.warning("%s", read.warning)
         if read.failed:
             return self._read_failed(planned.table, read)
         stats = self.throughput.setdefault(read.reader, ReaderThroughput())

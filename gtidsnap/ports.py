@@ -37,7 +37,6 @@ class ReplicaPort(Protocol):
         (:mod:`gtidsnap.low_watermark`)."""
         ...
 
-    def executed_text(self) -> str: ...
     def purged(self) -> GtidSet: ...
     def tables(self) -> list[TableId]: ...
     def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema: ...
@@ -50,14 +49,15 @@ class ReplicaPort(Protocol):
         limit: int | None,
         condition: str | None = None,
     ) -> ChunkRows: ...
-    def chunk_end(
+    def chunk_ends(
         self,
         schema: TableSchema,
         after: RawKey | None,
         upto: RawKey,
         size: int,
+        count: int,
         condition: str | None = None,
-    ) -> RawKey | None: ...
+    ) -> list[RawKey]: ...
 
 
 class StreamPort(Protocol):
@@ -84,7 +84,7 @@ class Sink(Protocol):
         """Start from the position of the last checkpoint (None: nothing committed yet)."""
 
     def write(self, records: Sequence[Emitted]) -> None:
-        r"""Take records; they become durable only at the next ``commit``. :class:`SnapshotLine`\ s
+        r"""Take records; they become durable only at the next ``commit``. :class:`SnapshotLines`
         come only to a sink whose ``takes_encoded_rows`` is true."""
 
     def commit(self) -> Any:

@@ -34,7 +34,7 @@ import pymysql.cursors
 from pymysql.connections import MySQLResult
 
 from gtidsnap.catalog import Catalog, as_text
-from gtidsnap.chunking import chunk_end_query, chunk_query, max_key_query
+from gtidsnap.chunking import chunk_ends_query, chunk_query, max_key_query
 from gtidsnap.connection import ConnectionSettings, TlsMode
 from gtidsnap.errors import ConfigError, PrerequisiteError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
@@ -323,10 +323,6 @@ class Replica:
         current, binlog = (str(v) if v is not None else "" for v in (row or (None, None)))
         return parse_gtid_set("mariadb", binlog), parse_gtid_set("mariadb", current)
 
-    def executed_text(self) -> str:
-        """:meth:`executed` as text, to cross a process boundary (a chunk reader's high watermark)."""
-        return str(self.executed())
-
     def purged(self) -> GtidSet:
         """Transactions the replica's binlog no longer holds: MySQL's ``gtid_purged``; on MariaDB the
         GTID position where its oldest binlog file starts (everything up to it is gone)."""
@@ -403,18 +399,20 @@ class Replica:
             found = self._row_readers[shape] = (build_row_reader(names, fields, schema, last), last)
         return found
 
-    def chunk_end(
+    def chunk_ends(
         self,
         schema: TableSchema,
         after: Sequence[Any] | None,
         upto: Sequence[Any],
         size: int,
+        count: int,
         condition: str | None = None,
-    ) -> tuple[Any, ...] | None:
-        """The raw key of the ``size``-th row after ``after``; None when fewer rows remain up to ``upto``."""
-        sql, params = chunk_end_query(schema, after, upto, size, condition)
-        row = self._fetch_one(sql, params, f"finding where the next chunk of {schema.table} ends")
-        return tuple(row) if row is not None else None
+    ) -> list[tuple[Any, ...]]:
+        """The raw keys where the next ``count`` chunks of ``size`` rows after ``after`` end, in key order;
+        fewer when fewer rows remain up to ``upto`` (:func:`gtidsnap.chunking.chunk_ends_query`)."""
+        sql, params = chunk_ends_query(schema, after, upto, size, count, condition)
+        _, rows = self._query(sql, params, f"finding where the next chunks of {schema.table} end")
+        return [tuple(row) for row in rows]
 
     # ------------------------------------------------------------------ preflight
 

@@ -266,6 +266,46 @@ def test_keyset_walk_visits_every_row_once_in_order(
     assert all(c.last_raw_key == (c.rows[-1][1]["id"],) for c in chunks if c.rows)
 
 
+def test_chunk_ends_are_where_the_keyset_walks_chunks_end(
+    pair: ReplicaPair, fresh_db: str, replica: Replica
+) -> None:
+    """One query finds where several chunks end, as a walk of the same size would end them: composite
+    keys under a case-insensitive collation, DATETIME(6), BIGINT UNSIGNED past 2^63, a filter; the
+    raw keys come back as the server stores them (the next lower bounds)."""
+    base = dt.datetime(2024, 3, 31, 1, 59, 59)
+    on_primary(
+        pair,
+        fresh_db,
+        "CREATE TABLE c (a INT NOT NULL, b VARCHAR(10) COLLATE utf8mb4_general_ci NOT NULL, v INT, "
+        "PRIMARY KEY (a, b))",
+        "CREATE TABLE d (at DATETIME(6) PRIMARY KEY, v INT)",
+        "CREATE TABLE u (id BIGINT UNSIGNED PRIMARY KEY, v INT)",
+        many=[
+            ("INSERT INTO c VALUES (%s, %s, %s)", [(a, b, a % 3) for a in range(30, 0, -1) for b in "dBaCe"]),
+            (
+                "INSERT INTO d VALUES (%s, %s)",
+                [(base + dt.timedelta(microseconds=n * 250_001), n) for n in range(60)],
+            ),
+            ("INSERT INTO u VALUES (%s, %s)", [(2**63 - 30 + 2 * n, n) for n in range(40)]),
+        ],
+    )
+    cases = [("c", None), ("c", "v = 1"), ("d", None), ("u", "v >= 7")]
+    for name, condition in cases:
+        schema = replica.schema(TableId(fresh_db, name))
+        upto = replica.max_key(schema, condition)
+        assert upto is not None
+        for size, count in ((1, 3), (7, 4), (13, 50)):
+            _, chunks = walk(replica, schema, size, condition=condition)
+            expected = [c.last_raw_key for c in chunks if c.count == size][:count]
+            assert replica.chunk_ends(schema, None, upto, size, count, condition) == expected, (name, size)
+            after = chunks[1].last_raw_key
+            _, rest = walk(replica, schema, size, after=after, condition=condition)
+            expected = [c.last_raw_key for c in rest if c.count == size][:count]
+            assert replica.chunk_ends(schema, after, upto, size, count, condition) == expected, (name, size)
+    schema = replica.schema(TableId(fresh_db, "c"))
+    assert replica.chunk_ends(schema, (10, "a"), (12, "c"), 4, 3) == [(10, "e"), (11, "d"), (12, "C")]
+
+
 def test_bounds_lower_and_upper(pair: ReplicaPair, fresh_db: str, replica: Replica) -> None:
     on_primary(
         pair,

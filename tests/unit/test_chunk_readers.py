@@ -37,6 +37,8 @@ from gtidsnap.errors import (
     SchemaError,
     SourceError,
 )
+from gtidsnap.gtid import GtidSet, MysqlGtidSet
+from gtidsnap.low_watermark import LowWatermark
 from gtidsnap.model import TableId
 from gtidsnap.schema import Column, TableSchema
 
@@ -51,10 +53,23 @@ class Selected:
 
 
 class FakeReplica:
-    def __init__(self, keys: Sequence[int] = (1, 2, 3), failure: Exception | None = None) -> None:
+    """``visible``: the visible sets its reads return in turn (the last one from then on)."""
+
+    flavor = "mysql"
+
+    def __init__(
+        self,
+        keys: Sequence[int] = (1, 2, 3),
+        failure: Exception | None = None,
+        visible: Sequence[str] = (EXECUTED,),
+    ) -> None:
         self.keys = keys
         self.failure = failure
+        self.visible = list(visible)
         self.calls: list[tuple[Any, ...]] = []
+
+    def describe(self) -> str:
+        return "the fake replica"
 
     def select_chunk(
         self,
@@ -70,9 +85,10 @@ class FakeReplica:
         keys = [k for k in self.keys if (after is None or k > after[0]) and k <= upto[0]]
         return Selected(tuple(((k,), {"id": k, "at": None}) for k in keys))
 
-    def executed_text(self) -> str:
+    def executed_and_visible(self) -> tuple[GtidSet, GtidSet]:
         self.calls.append(("executed",))
-        return EXECUTED
+        visible = self.visible.pop(0) if len(self.visible) > 1 else self.visible[0]
+        return MysqlGtidSet.parse(EXECUTED), MysqlGtidSet.parse(visible)
 
 
 # ----------------------------------------------------------------------------- one job
@@ -88,6 +104,33 @@ def test_read_chunk_returns_the_rows_then_the_executed_set_read_after_the_select
     assert read.reader == os.getpid() and read.seconds >= 0
     assert read.error_type is None and read.error == ""
     assert replica.calls == [("select", SCHEMA, (1,), (3,), None, "id > 0"), ("executed",)]
+
+
+def test_a_reader_selects_only_once_its_windows_lw_is_visible_and_remembers_what_it_saw() -> None:
+    """The window opened at the stream's position (lw): a SELECT that did not see all of it could miss a
+    change the stream already emitted. The visible set read with a chunk's hw is kept, so a later job
+    whose lw it covers costs no round trip before its SELECT."""
+    u = EXECUTED.split(":")[0]
+    replica = FakeReplica(visible=(f"{u}:1-8", f"{u}:1-9", f"{u}:1-10"))
+    watermark = LowWatermark(replica, sleep=lambda s: None)
+    read = read_chunk(replica, ChunkJob(1, SCHEMA, None, (3,), lw=f"{u}:1-10"), watermark)
+    assert not read.failed and read.warning == ""
+    assert [c[0] for c in replica.calls] == ["executed", "executed", "executed", "select", "executed"]
+    replica.calls.clear()
+    read = read_chunk(replica, ChunkJob(2, SCHEMA, (3,), (9,), lw=f"{u}:1-10"), watermark)
+    assert [c[0] for c in replica.calls] == ["select", "executed"], "seen with the last hw: no wait"
+    assert read.executed == EXECUTED
+
+
+def test_a_reader_that_gives_up_waiting_says_so_once() -> None:
+    u = EXECUTED.split(":")[0]
+    clock = iter(range(0, 1000))
+    replica = FakeReplica(visible=(f"{u}:1-5",))
+    watermark = LowWatermark(replica, timeout_s=3, sleep=lambda s: None, clock=lambda: next(clock))
+    first = read_chunk(replica, ChunkJob(1, SCHEMA, None, (3,), lw=f"{u}:1-10"), watermark)
+    assert not first.failed and "without waiting" in first.warning and "fake replica" in first.warning
+    second = read_chunk(replica, ChunkJob(2, SCHEMA, None, (3,), lw=f"{u}:1-11"), watermark)
+    assert not second.failed and second.warning == ""
 
 
 def test_an_encoding_job_sends_each_rows_json_and_a_row_orjson_cannot_write_as_values() -> None:

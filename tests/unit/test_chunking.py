@@ -12,7 +12,7 @@ import pytest
 
 from gtidsnap.chunking import (
     BOUNDS_MODE,
-    chunk_end_query,
+    chunk_ends_query,
     chunk_query,
     key_binder,
     max_key_query,
@@ -94,55 +94,71 @@ def test_chunk_without_limit_reads_the_whole_range() -> None:
     assert composite_params == [7, 7, "abc", 9, 9, "zz"]
 
 
-def test_single_key_chunk_end_selects_only_the_key_of_the_size_th_row() -> None:
-    sql, params = chunk_end_query(SINGLE, (5,), (100,), 3, "region = 'EU'")
+def test_single_key_chunk_ends_number_the_rows_of_a_bounded_keyset_walk() -> None:
+    sql, params = chunk_ends_query(SINGLE, (5,), (100,), 3, 4, "region = 'EU'")
+    walk = (
+        "SELECT `id` FROM `shop`.`orders` WHERE `id` > %s AND `id` <= %s "
+        "AND (`region` = 'EU') ORDER BY `id` LIMIT 12"
+    )
     assert sql == (
-        f"SELECT {BOUNDS_MODE}`id` FROM `shop`.`orders` WHERE `id` > %s AND `id` <= %s "
-        "AND (`region` = 'EU') ORDER BY `id` LIMIT 1 OFFSET 2"
+        f"SELECT {BOUNDS_MODE}`id` FROM (SELECT `id`, ROW_NUMBER() OVER (ORDER BY `id`) AS `gtidsnap_row` "
+        f"FROM ({walk}) AS gtidsnap_keys) AS gtidsnap_ends "
+        "WHERE MOD(`gtidsnap_row`, 3) = 0 ORDER BY `gtidsnap_row`"
     )
     assert params == [5, 100]
-    first, first_params = chunk_end_query(SINGLE, None, (100,), 1)
-    assert first == (
-        f"SELECT {BOUNDS_MODE}`id` FROM `shop`.`orders` WHERE `id` <= %s ORDER BY `id` LIMIT 1 OFFSET 0"
-    )
+    first, first_params = chunk_ends_query(SINGLE, None, (100,), 1, 1)
+    assert "WHERE `id` <= %s ORDER BY `id` LIMIT 1)" in first
     assert first_params == [100]
 
 
-def test_composite_key_chunk_end_selects_only_the_key_columns() -> None:
-    sql, params = chunk_end_query(COMPOSITE, (7, "abc"), (9, "zz"), 1000, "qty > 0")
-    assert sql == (
-        f"SELECT {BOUNDS_MODE}`order_id`, `sku` FROM `shop`.`lines` "
+def test_composite_key_chunk_ends_select_only_the_key_columns() -> None:
+    sql, params = chunk_ends_query(COMPOSITE, (7, "abc"), (9, "zz"), 1000, 2, "qty > 0")
+    assert sql.startswith(f"SELECT {BOUNDS_MODE}`order_id`, `sku` FROM (SELECT `order_id`, `sku`, ")
+    assert "ROW_NUMBER() OVER (ORDER BY `order_id`, `sku`)" in sql
+    assert (
         "WHERE `order_id` >= %s AND (`order_id`, `sku`) > (%s, %s) "
         "AND `order_id` <= %s AND (`order_id`, `sku`) <= (%s, %s) "
-        "AND (`qty` > 0) ORDER BY `order_id`, `sku` LIMIT 1 OFFSET 999"
-    )
+        "AND (`qty` > 0) ORDER BY `order_id`, `sku` LIMIT 2000)"
+    ) in sql
     assert params == [7, 7, "abc", 9, 9, "zz"]
     assert "`qty`" not in sql.split(" FROM ")[0]
 
 
-def test_chunk_end_is_bounded_like_the_chunk_it_ends() -> None:
-    """The planner's range and the reader's SELECT must cover the same rows: same WHERE, same order."""
+def test_the_row_number_never_takes_a_key_columns_name() -> None:
+    schema = TableSchema(
+        TableId("s", "t"),
+        (Column("gtidsnap_row", "int", "int"), Column("GTIDSNAP_ROW_", "int", "int")),
+        ("gtidsnap_row", "GTIDSNAP_ROW_"),
+    )
+    sql, _ = chunk_ends_query(schema, None, (1, 1), 10, 2)
+    assert "AS `gtidsnap_row__`" in sql and "MOD(`gtidsnap_row__`, 10)" in sql
+
+
+def test_chunk_ends_are_bounded_like_the_chunks_they_end() -> None:
+    """The planner's ranges and the reader's SELECT must cover the same rows: same WHERE, same order."""
     for schema, after, upto in ((SINGLE, (5,), (100,)), (COMPOSITE, (7, "abc"), (9, "zz"))):
-        end_sql, end_params = chunk_end_query(schema, after, upto, 10, None)
+        end_sql, end_params = chunk_ends_query(schema, after, upto, 10, 3, None)
         read_sql, read_params = chunk_query(schema, after, upto, None, None)
-        assert end_sql.split(" WHERE ")[1].split(" LIMIT ")[0] == read_sql.split(" WHERE ")[1]
+        walk = end_sql.split("FROM (SELECT ")[2]
+        assert walk.split(" WHERE ", 1)[1].split(" LIMIT ")[0] == read_sql.split(" WHERE ")[1]
         assert end_params == read_params
 
 
-def test_chunk_end_refuses_bad_sizes_bounds_and_filters() -> None:
-    for size in (0, -1):
+def test_chunk_ends_refuse_bad_sizes_bounds_and_filters() -> None:
+    for size, count in ((0, 1), (-1, 1), (1, 0)):
         with pytest.raises(ValueError, match="at least 1"):
-            chunk_end_query(SINGLE, None, (1,), size)
+            chunk_ends_query(SINGLE, None, (1,), size, count)
     with pytest.raises(ValueError, match="has 1 value"):
-        chunk_end_query(COMPOSITE, (1,), (2, "a"), 10)
+        chunk_ends_query(COMPOSITE, (1,), (2, "a"), 10, 2)
     with pytest.raises(FilterError):
-        chunk_end_query(SINGLE, None, (1,), 10, "1=1; DROP TABLE x")
+        chunk_ends_query(SINGLE, None, (1,), 10, 2, "1=1; DROP TABLE x")
     with pytest.raises(SchemaError, match="surrogate key"):
-        chunk_end_query(
+        chunk_ends_query(
             TableSchema(TableId("s", "t"), (Column("k", "enum", "enum('a')", False),), ("k",)),
             None,
             ("a",),
             10,
+            2,
         )
 
 

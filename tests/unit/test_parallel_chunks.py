@@ -66,6 +66,7 @@ class FakeReplica:
         self.gno = START
         self.failure: GtidsnapError | None = None  # what select_chunk raises
         self.limits: list[int | None] = []
+        self.end_queries = 0
 
     def executed(self) -> GtidSet:
         return gtids(self.gno)
@@ -73,25 +74,24 @@ class FakeReplica:
     def executed_and_visible(self) -> tuple[GtidSet, GtidSet]:
         return self.executed(), self.executed()
 
-    def executed_text(self) -> str:
-        return str(self.executed())
-
     def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[int] | None:
         return (max(self.table),) if self.table else None
 
     def _keys(self, after: Sequence[int] | None, upto: Sequence[int]) -> list[int]:
         return sorted(k for k in self.table if (after is None or k > after[0]) and k <= upto[0])
 
-    def chunk_end(
+    def chunk_ends(
         self,
         schema: TableSchema,
         after: Sequence[int] | None,
         upto: Sequence[int],
         size: int,
+        count: int,
         condition: str | None = None,
-    ) -> tuple[int] | None:
-        keys = self._keys(after, upto)
-        return (keys[size - 1],) if len(keys) >= size else None
+    ) -> list[tuple[int]]:
+        self.end_queries += 1
+        keys = self._keys(after, upto)[: size * count]
+        return [(k,) for k in keys[size - 1 :: size]]
 
     def select_chunk(
         self,
