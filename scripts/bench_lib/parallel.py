@@ -54,7 +54,11 @@ class _Tail(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
+        # Only the lines of ``table`` are parsed, found by a C-level search of what was appended
+        # (splitting the whole output into lines cost this process ~0.7 s of CPU a run, taken from the
+        # 2 cores gtidsnap runs on).
         offset, partial = 0, b""
+        needle = b'"table":' + json.dumps(self.table).encode()
         while not self._halt.is_set():
             if self.path.exists():
                 with self.path.open("rb") as f:
@@ -62,13 +66,18 @@ class _Tail(threading.Thread):
                     data = f.read()
                 now = time.time()
                 offset += len(data)
-                lines = (partial + data).split(b"\n")
-                partial = lines.pop()
-                for line in lines:
-                    if self.table.encode() in line:
-                        record = json.loads(line)
+                cut = data.rfind(b"\n") + 1  # complete lines only; the rest waits for its newline
+                if not cut:
+                    partial += data
+                else:
+                    complete, partial = partial + data[:cut], data[cut:]
+                    found = complete.find(needle)
+                    while found != -1:
+                        end = complete.index(b"\n", found)
+                        record = json.loads(complete[complete.rfind(b"\n", 0, found) + 1 : end])
                         if record.get("table") == self.table:
                             self.seen.setdefault(int(record["key"][0]), now)
+                        found = complete.find(needle, end)
             self._halt.wait(TAIL_EVERY_S)
 
     def stop(self) -> None:
