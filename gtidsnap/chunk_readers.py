@@ -145,6 +145,10 @@ class ChunkReaderPool(Protocol):
 
     @property
     def size(self) -> int: ...
+    def start(self) -> None:
+        """Get the readers ready ahead of the first job (a no-op where nothing needs starting)."""
+        ...
+
     def submit(self, job: ChunkJob) -> None: ...
     def collect(self) -> tuple[list[ChunkRead], bool]:
         """The reads finished since the last call, in no particular order, and whether the pool broke
@@ -177,6 +181,22 @@ def _exit_with_engine(engine_pid: int) -> None:
     os._exit(0)
 
 
+def _worker_warm() -> None:
+    """A reader's first call, at the engine's start: the imports and the connection happen while the
+    engine starts up, not when the first chunk waits for them. A connection that fails here is opened
+    again by the first job, which reports the failure."""
+    global _worker_replica, _worker_watermark
+    if _worker_replica is None:
+        from gtidsnap.replica import Replica
+
+        assert _worker_settings is not None
+        try:
+            _worker_replica = Replica(_worker_settings)
+        except GtidsnapError:
+            return
+        _worker_watermark = LowWatermark(_worker_replica)
+
+
 def _worker_read(job: ChunkJob) -> ChunkRead:
     """A job in a reader process, on the process's own connection (opened on first use)."""
     global _worker_replica, _worker_watermark
@@ -205,7 +225,14 @@ class ProcessChunkReaders:
     def size(self) -> int:
         return self.readers
 
-    def submit(self, job: ChunkJob) -> None:
+    def start(self) -> None:
+        """Start the reader processes now, each importing what it needs and connecting (a new Python
+        process takes ~0.5 s of CPU to get there), so they are ready when the first chunk is planned."""
+        pool = self._started()
+        for _ in range(self.readers):  # one call each: each call on an idle pool starts a process
+            pool.submit(_worker_warm)
+
+    def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(
@@ -214,6 +241,11 @@ class ProcessChunkReaders:
                 initializer=_worker_start,
                 initargs=(self.settings, os.getpid()),
             )
+        return self._pool
+
+    def submit(self, job: ChunkJob) -> None:
+        self._started()
+        assert self._pool is not None
         try:
             self._futures.append(self._pool.submit(_worker_read, job.portable()))
         except BrokenProcessPool:
@@ -274,6 +306,9 @@ class InlineChunkReaders:
     @property
     def size(self) -> int:
         return self.readers
+
+    def start(self) -> None:
+        pass
 
     def submit(self, job: ChunkJob) -> None:
         self.queued.append(job)

@@ -176,11 +176,18 @@ class Engine:
     def run(self, snapshot: Sequence[TableId] = (), until_caught_up: bool = False) -> RunStats:
         """Run until :class:`Shutdown` (or, with ``until_caught_up``, until snapshots are done and the
         stream has reached the replica's executed set read at that moment)."""
-        self._resume()
-        self.request_snapshot(snapshot)
-        if self.on_started is not None:
-            self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
-        stream: StreamPort = self.open_stream(self.processed, self._schema_of)
+        if self.readers is not None:
+            self.readers.start()  # the reader processes start up while the engine does
+        try:
+            self._resume()
+            self.request_snapshot(snapshot)
+            if self.on_started is not None:
+                self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
+            stream: StreamPort = self.open_stream(self.processed, self._schema_of)
+        except BaseException:
+            if self.readers is not None:
+                self.readers.close()
+            raise
         pump: PumpedStream | None = None
         target: GtidSet | None = None
         if isinstance(self.sink, SealingSink):

@@ -270,8 +270,9 @@ def closed_port() -> int:
 
 
 def test_process_readers_send_a_refused_connection_back_as_the_jobs_failure() -> None:
-    """A spawned reader process, a pickled job, the connection opened on the first job and its
-    failure sent back as data: no server needed."""
+    """A spawned reader process, started ahead of its first job (its warm-up connection refused
+    quietly), a pickled job, the connection opened again for the job and its failure sent back as
+    data: no server needed."""
     port = closed_port()
     settings = ConnectionSettings("127.0.0.1", port, "gtidsnap", Secret("pw"), connect_timeout=2)
     readers = ProcessChunkReaders(settings, readers=1)
@@ -279,6 +280,7 @@ def test_process_readers_send_a_refused_connection_back_as_the_jobs_failure() ->
     schema = TableSchema(SCHEMA.table, SCHEMA.columns, SCHEMA.key)
     schema.normalize_values(["id", "at"], [1, None])  # the pool must send the portable job
     try:
+        readers.start()
         readers.submit(ChunkJob(5, schema, None, (10,)))
         reads: list[ChunkRead] = []
         deadline = time.monotonic() + 20

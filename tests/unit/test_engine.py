@@ -405,6 +405,41 @@ def test_unknown_table_is_refused_with_its_name(tmp_path: Path) -> None:
         engine.run(snapshot=[TableId("shop", "nope")], until_caught_up=True)
 
 
+class WatchedReaders(InlineChunkReaders):
+    """Inline readers that note when they were started and closed."""
+
+    def __init__(self, replica: FakeReplica) -> None:
+        super().__init__(replica)
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def close(self) -> None:
+        self.calls.append("close")
+        super().close()
+
+
+def test_readers_start_with_the_engine_and_close_when_it_cannot_start(tmp_path: Path) -> None:
+    """The reader processes start up while the engine does (imports, a connection each); a run that
+    fails before its loop (an unknown table here) closes them, or they would outlive it."""
+    world = World(random.Random(1), rows=3, writes=0)
+    readers = WatchedReaders(FakeReplica(world))
+    engine = Engine(
+        FakeReplica(world),
+        lambda start, schema_of: FakeStream(world, start, lambda: None),
+        JsonlSink(tmp_path / "o.jsonl"),
+        CheckpointStore(tmp_path / "c.json"),
+        readers=readers,
+    )
+    with pytest.raises(SchemaError, match=r"shop\.nope"):
+        engine.run(snapshot=[TableId("shop", "nope")], until_caught_up=True)
+    assert readers.calls == ["start", "close"]
+    readers.calls.clear()
+    engine.run(snapshot=[T], until_caught_up=True)
+    assert readers.calls == ["start", "close"]
+
+
 class RefusingReplica(FakeReplica):
     """The server answers the chunk SELECT with an error (a filter it rejects, a statement over the
     time limit), as :class:`gtidsnap.replica.Replica` reports it."""
