@@ -178,7 +178,8 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             for n in ("0", "1", "2")
         ],
         (
-            "g. 2 readers under a 2,000 rows/s writer: rows/s (ratio to no writer); stream lag p50 / p99 s",
+            "g. 2 readers under a 2,000 rows/s writer: rows/s (ratio to no writer, median of the pairs); "
+            "stream lag p50 / p99 s",
             get("g", _under_writer_cell),
         ),
     ]
@@ -193,8 +194,10 @@ def _by_readers(part: dict[str, Any], n: str) -> str:
 
 def _under_writer_cell(part: dict[str, Any]) -> str:
     run = part.get("under_writer", {})
+    pairs = part.get("writer_pairs") or []
+    each = f" [pairs: {', '.join(_share(p.get('ratio')) for p in pairs)}]" if len(pairs) > 1 else ""
     return (
-        f"{_num(run.get('rows_per_s'))} ({_share(part.get('ratio_under_writer'))}); "
+        f"{_num(run.get('rows_per_s'))} ({_share(part.get('ratio_under_writer'))}{each}); "
         f"{_num(run.get('lag_p50_s'), 2)} / {_num(run.get('lag_p99_s'), 2)}"
     )
 
