@@ -7,15 +7,16 @@ into JSON lines (the real CLI):
 * gtidsnap with each reader count of ``--readers`` (default 0, 1, 2; 0 reads chunks on the engine's
   thread, pausing the stream), no writer;
 * the bare scan again (the limit is the mean of the two);
-* ``WRITER_PAIRS`` times, interleaved: gtidsnap with ``LAG_READERS`` readers and no writer (configured
-  as the next run, the empty lag table captured too), then the same while a writer INSERTs
-  ``LAG_RATE`` rows/s (20 rows per transaction) into that second captured table: the stream's lag is each inserted row's time from its
-  source commit (the writer's wall clock right after COMMIT returned) to its line appearing in the
-  output file (a thread tails the file every 20 ms; the checkpoint interval is 0.1 s so the output is
-  flushed that often), p50 / p99 / max over the rows that reached the output before the run ended;
-  and the snapshot's rate against the no-writer run just before it. The pair with the median ratio is
-  reported (each pair is in the JSON): on 2 cores the snapshot, the writer, the primary and the
-  replica share the CPU, and one pair's ratio moved by +-0.1 from run to run.
+* ``WRITER_PAIRS`` times, interleaved: gtidsnap with ``LAG_READERS`` readers and no writer
+  (configured as the next run, the empty lag table captured too), then the same while a writer
+  INSERTs ``LAG_RATE`` rows/s (20 rows per transaction) into that second captured table: the
+  stream's lag is each inserted row's time from its source commit (the writer's wall clock right
+  after COMMIT returned) to its line appearing in the output file (a thread tails the file every
+  20 ms; the checkpoint interval is 0.1 s so the output is flushed that often), p50 / p99 / max over
+  the rows that reached the output before the run ended; and the snapshot's rate against the
+  no-writer run just before it. The pair with the median ratio is reported (each pair is in the
+  JSON): on 2 cores the snapshot, the writer, the primary and the replica share the CPU, and one
+  pair's ratio moved by +-0.1 from run to run.
 
 The issue's targets: with 2 readers >= 1.0 of the bare scan; under a 2,000 rows/s writer the lag
 < 1 s and the snapshot rate >= 0.8 of the no-writer rate.
