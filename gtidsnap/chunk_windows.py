@@ -151,6 +151,13 @@ class ChunkWindows:
         if isinstance(event, Heartbeat):
             self._on_heartbeat(event)
             return (*self._release(), event)
+        if isinstance(event, RowChange):  # most events: only its table's windows record its keys
+            for window in self._windows.values():  # waiting ones too: they go out after this event
+                if window.table == event.table:
+                    window.changed.update(event.touched_keys())  # in lw too: the read may not have seen it
+            # Its transaction's TxBegin was checked for "past hw" already; a window whose rows came
+            # since is checked at the transaction's commit (going out later removes more: safe).
+            return (event,)
         gtid = event.gtid
         for window in self._windows.values():
             if not window.ready and window.hw is not None and gtid not in window.lw and gtid not in window.hw:
@@ -160,12 +167,10 @@ class ChunkWindows:
         if isinstance(event, SchemaChange):
             for window in self._of_table(event.tables):
                 after.append(self._discard(window, event))
-        for window in self._windows.values():  # waiting ones too: they go out after this event
-            if isinstance(event, RowChange) and event.table == window.table:
-                window.changed.update(event.touched_keys())  # in lw too: the read may not have seen it
-            elif isinstance(event, TxCommit) and gtid not in window.lw:
-                self._note_seen(window, gtid)
         if isinstance(event, TxCommit):
+            for window in self._windows.values():  # waiting ones too: they go out after this event
+                if gtid not in window.lw:
+                    self._note_seen(window, gtid)
             self.processed = self.processed.add(gtid)
             for window in self._windows.values():
                 if window.fence is not None and not window.ready and window.fence <= self.processed:
