@@ -32,6 +32,7 @@ from typing import Any, Literal, Self, TypeVar
 import pymysql
 import pymysql.cursors
 from pymysql.connections import MySQLResult
+from pymysql.protocol import MysqlPacket
 
 from gtidsnap.catalog import Catalog, as_text
 from gtidsnap.chunking import chunk_ends_query, chunk_query, max_key_query
@@ -40,7 +41,7 @@ from gtidsnap.errors import ConfigError, PrerequisiteError, QueryError, SchemaEr
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.model import Key, TableId
 from gtidsnap.preflight import RELEVANT_VARIABLES, Problem, ReplicaFacts, find_problems
-from gtidsnap.result_rows import FieldConverter, ReadRow, build_row_reader
+from gtidsnap.result_rows import FieldConverter, ParseRow, build_row_parser, read_result_rows
 from gtidsnap.schema import TableSchema
 from gtidsnap.server_errors import CR_SSL_CONNECTION_ERROR, Meaning, code_of, is_server_code, meaning
 
@@ -49,7 +50,7 @@ Flavor = Literal["mysql", "mariadb"]
 T = TypeVar("T")
 
 READ_TIMEOUT_MARGIN_S = 30.0  # the client gives up this long after the server's statement limit
-ROW_READERS_KEPT = 256  # result shapes whose row readers a session keeps (then it starts afresh)
+ROW_PARSERS_KEPT = 256  # result shapes whose row parsers a session keeps (then it starts afresh)
 _PASSWORD_IN_GRANT = re.compile(r"\s+IDENTIFIED\s.*?(?=\s+WITH\s|$)", re.IGNORECASE)
 
 
@@ -136,7 +137,7 @@ class Replica:
         self._catalog = Catalog(self._dicts, settings.describe())
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._lock = threading.RLock()
-        self._row_readers: dict[tuple[Any, ...], tuple[ReadRow, list[Any]]] = {}
+        self._row_parsers: dict[tuple[Any, ...], ParseRow] = {}
         self._conn = self._connect()
 
     # ------------------------------------------------------------------ connection
@@ -369,34 +370,36 @@ class Replica:
             )
 
     def _read_chunk(self, cur: pymysql.cursors.Cursor, schema: TableSchema) -> ChunkResult:
-        """The rows of an unbuffered SELECT, read from the packets by the reader of the result's shape;
-        by PyMySQL if its result object is not what :mod:`gtidsnap.result_rows` expects."""
+        """The rows of an unbuffered SELECT, read off the socket by
+        :func:`gtidsnap.result_rows.read_result_rows` with the parser of the result's shape; by PyMySQL
+        if its objects are not what that expects."""
         names = [d[0] for d in cur.description or ()]
         result = getattr(cur, "_result", None)
         fields = getattr(result, "converters", None)
-        if result is None or fields is None or not hasattr(result, "_read_row_from_packet"):
+        conn = cur.connection
+        if (
+            result is None
+            or fields is None
+            or not getattr(result, "unbuffered_active", False)
+            or not hasattr(conn, "_rfile")
+            or not hasattr(conn, "_next_seq_id")
+        ):
             return ChunkResult(schema, names, list(cur.fetchall()))
-        reader, last = self._row_reader(schema, names, fields)
-        result._read_row_from_packet = reader  # this result's rows only: the instance, not the class
-        rows = list(cur.fetchall())
+        rows, last_payload = read_result_rows(conn, result, self._row_parser(schema, names, fields))
         last_raw_row = None
-        if rows:
-            packet = last[0]
-            packet._position = 0
-            last_raw_row = MySQLResult._read_row_from_packet(result, packet)
-        last[0] = None
+        if last_payload is not None:
+            last_raw_row = MySQLResult._read_row_from_packet(result, MysqlPacket(last_payload, conn.encoding))
         return ChunkResult.normalised(schema, names, rows, last_raw_row)
 
-    def _row_reader(
+    def _row_parser(
         self, schema: TableSchema, names: Sequence[str], fields: Sequence[FieldConverter]
-    ) -> tuple[ReadRow, list[Any]]:
+    ) -> ParseRow:
         shape = (schema, tuple(names), tuple(fields))
-        found = self._row_readers.get(shape)
+        found = self._row_parsers.get(shape)
         if found is None:
-            if len(self._row_readers) >= ROW_READERS_KEPT:
-                self._row_readers.clear()
-            last: list[Any] = [None]
-            found = self._row_readers[shape] = (build_row_reader(names, fields, schema, last), last)
+            if len(self._row_parsers) >= ROW_PARSERS_KEPT:
+                self._row_parsers.clear()
+            found = self._row_parsers[shape] = build_row_parser(names, fields, schema)
         return found
 
     def chunk_ends(
