@@ -39,22 +39,24 @@ _VALUES = st.recursive(
     st.integers(0, 2**40),
     st.integers(0, 2**34),
     st.text(st.characters(min_codepoint=32, exclude_categories=["Cs"]), min_size=1, max_size=10),
+    st.sampled_from([["k"], ["k", "k2"], ["k2", "k"]]),
+    _VALUES,
 )
 def test_a_chunk_its_reader_encoded_gives_its_records_lines(
-    rows: list[dict[str, Any]], seq: int, now: int, name: str
+    rows: list[dict[str, Any]], seq: int, now: int, name: str, key_columns: list[str], k2: Any
 ) -> None:
     """A reader's chunk (some rows encoded, the ones orjson refuses as values) makes, byte for byte, the
-    lines of the records of the same rows, numbered alike: one SnapshotLines per run of encoded rows."""
+    lines of the records of the same rows, numbered alike: one SnapshotLines per run of encoded rows.
+    Keys of one column and of several (one of them a value orjson may refuse)."""
     table = TableId("db", name)
-    key_columns = ["k"]
-    rows = [{"k": i, **row} for i, row in enumerate(rows)]
+    rows = [{**row, "k": i, "k2": k2} for i, row in enumerate(rows)]
     plain = snapshot_output(table, rows, key_columns, seq, False, now)
     assert all(isinstance(r, Record) for r in plain) and len(plain) == len(rows)
     keys, encoded = encoded_chunk_rows((((i,), row) for i, row in enumerate(rows)), key_columns)
     assert keys == tuple((i,) for i in range(len(rows)))
     for row, sent in zip(rows, encoded, strict=True):
         if isinstance(sent, bytes):
-            assert sent == snapshot_line_body([row["k"]], row)
+            assert sent == snapshot_line_body([row[c] for c in key_columns], row)
         else:  # orjson cannot write it: the record's own line is the fallback one
             assert sent is row
             with pytest.raises(orjson.JSONEncodeError):
