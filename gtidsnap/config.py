@@ -20,6 +20,7 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     chunk_size = 1024
     chunk_delay_ms = 0
     readers = 1                       # chunk reader processes; default CPUs - 1; 0 = on the engine's thread
+    reader_pool = "processes"         # processes | spark (chunks read by Spark's executors)
 
     [binlog]
     heartbeat_s = 1.0
@@ -106,6 +107,7 @@ class SnapshotSettings:
     chunk_size: int = DEFAULT_SETTINGS.snapshot.chunk_size
     chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000
     readers: int = DEFAULT_SETTINGS.snapshot.readers
+    reader_pool: str = DEFAULT_SETTINGS.snapshot.reader_pool
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,13 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
                     f"{said}false but sink.mirror = job: the mirror job "
                     "builds the mirrors from the changelogs, which must then hold every record"
                 )
+    if settings.snapshot.reader_pool == "spark" and settings.snapshot.readers == 0:
+        origin = origins.get(("snapshot", "readers"), Origin("default"))
+        said = origin.where("snapshot.readers") + ("=" if origin.kind == "env" else " = ")
+        raise ConfigError(
+            f"{said}0 but snapshot.reader_pool = spark: readers is how many splits Spark's executors "
+            "read at once; set it to 1 or more, or use reader_pool = processes"
+        )
     capture = settings.capture
     return Config(
         source=source,
@@ -190,6 +199,7 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
             chunk_size=settings.snapshot.chunk_size,
             chunk_delay_s=settings.snapshot.chunk_delay_ms / 1000,
             readers=settings.snapshot.readers,
+            reader_pool=settings.snapshot.reader_pool,
         ),
         heartbeat_s=settings.binlog.heartbeat_s,
         server_id=settings.binlog.server_id,

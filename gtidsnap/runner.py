@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gtidsnap.binlog import BinlogStream
 from gtidsnap.checkpoint import Checkpoint, CheckpointStore
-from gtidsnap.chunk_readers import ProcessChunkReaders
+from gtidsnap.chunk_readers import ChunkReaderPool, ProcessChunkReaders
 from gtidsnap.config import Config, SignalSettings
 from gtidsnap.engine import Engine
 from gtidsnap.errors import ConfigError
@@ -89,11 +89,34 @@ def build_engine(
         on_progress=on_progress,
         on_started=on_started,
         schemas=schemas,
-        readers=ProcessChunkReaders(config.source, config.snapshot.readers)
-        if config.snapshot.readers
-        else None,
+        readers=chunk_readers(config, spark_factory),
     )
     return engine
+
+
+def chunk_readers(
+    config: Config, spark_factory: Callable[[], SparkSession] | None = None
+) -> ChunkReaderPool | None:
+    """The configured chunk readers: None (on the engine's thread), reader processes, or Spark's
+    executors (:mod:`gtidsnap.spark_readers`, in the session ``spark_factory`` gives, default
+    ``sink.spark_master``'s; a Delta sink shares it)."""
+    snapshot = config.snapshot
+    if not snapshot.readers:
+        return None
+    if snapshot.reader_pool == "spark":
+        from gtidsnap.spark_readers import SparkChunkReaders  # pyspark only when asked for
+
+        return SparkChunkReaders(config.source, snapshot.readers, spark_factory or _spark_of(config))
+    return ProcessChunkReaders(config.source, snapshot.readers)
+
+
+def _spark_of(config: Config) -> Callable[[], SparkSession]:
+    def spark() -> SparkSession:
+        from gtidsnap.spark_session import build_spark_session
+
+        return build_spark_session(master=config.sink.spark_master)
+
+    return spark
 
 
 class SignalHook:
@@ -128,7 +151,7 @@ def run_engine(
     output goes (None: the console)."""
     hook = SignalHook(config.signals) if config.signals.bootstrap else None
     spark_factory = None
-    if spark_log is not None and config.sink.type == "delta":
+    if spark_log is not None and (config.sink.type == "delta" or config.snapshot.reader_pool == "spark"):
         from gtidsnap.spark_session import build_spark_session
 
         def spark_factory() -> SparkSession:

@@ -111,6 +111,7 @@ SurrogateKey = Annotated[list[ColumnName], Field(min_length=1), AfterValidator(_
 TlsName = Literal["disabled", "preferred", "required"]
 SinkType = Literal["jsonl", "delta"]
 MirrorKeeper = Literal["gtidsnap", "job"]
+ReaderPool = Literal["processes", "spark"]
 
 
 # --------------------------------------------------------------------------- the settings, once
@@ -178,7 +179,13 @@ class SnapshotSection(_Section):
         ge=0,
         le=MAX_READERS,
         description="chunk reader processes, each with its own connection (0: read chunks on the "
-        f"engine's thread, pausing the stream); default: CPUs - 1, at most {MAX_DEFAULT_READERS}",
+        f"engine's thread, pausing the stream); default: CPUs - 1, at most {MAX_DEFAULT_READERS}; "
+        "with reader_pool = spark: splits read at once by Spark's executors",
+    )
+    reader_pool: Annotated[ReaderPool, BeforeValidator(_lower)] = Field(
+        default="processes",
+        description="where chunks are read: processes (local reader processes) or spark (each chunk "
+        "a Spark task on sink.spark_master's executors; make chunk_size large, e.g. 100000)",
     )
 
 
@@ -206,7 +213,12 @@ class SinkSettings(_Section):
     )
     batch_rows: int = Field(default=100_000, ge=1, description="delta: most records per commit")
     batch_ms: int = Field(default=1000, ge=0, description="delta: a batch commits after this many ms")
-    spark_master: str = Field(default="local[2]", min_length=1, description="delta: any Spark master URL")
+    spark_master: str = Field(
+        default="local[2]",
+        min_length=1,
+        description="any Spark master URL: the Delta sink's, and the executors of "
+        "snapshot.reader_pool = spark",
+    )
     changelog: bool = Field(
         default=True, description="delta: also append every record to a changelog table per source table"
     )

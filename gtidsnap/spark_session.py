@@ -164,6 +164,9 @@ def build_spark_session(
 
     # Read by the JVM launcher before SparkConf exists; keeps the block manager etc. on loopback.
     os.environ.setdefault("SPARK_LOCAL_IP", _LOOPBACK)
+    # The Python workers the JVM starts (the Spark chunk readers' data source: planned in the driver,
+    # read in the executors) run this interpreter, which has gtidsnap and its dependencies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     from pyspark.sql import SparkSession  # imported late: pyspark is heavy and not needed to fail fast
 

@@ -513,3 +513,14 @@ def test_mirror_job_needs_every_record_in_the_changelogs(tmp_path: Path) -> None
         load_config(write(tmp_path, job), {"GTIDSNAP_SINK_CHANGELOG": "false"})
     with pytest.raises(ConfigError, match=r"sink\.mirror"):
         load_config(write(tmp_path, '[sink]\nmirror = "spark"\n'), {})
+
+
+def test_spark_reader_pool_needs_readers(tmp_path: Path) -> None:
+    spark = '[snapshot]\nreader_pool = "Spark"\nreaders = 3\n'
+    snapshot = load_config(write(tmp_path, spark), {}).snapshot
+    assert (snapshot.reader_pool, snapshot.readers) == ("spark", 3)
+    assert load_config(write(tmp_path, ""), {}).snapshot.reader_pool == "processes"
+    with pytest.raises(ConfigError, match=r"^GTIDSNAP_SNAPSHOT_READERS=0 but snapshot\.reader_pool = spark"):
+        load_config(write(tmp_path, spark), {"GTIDSNAP_SNAPSHOT_READERS": "0"})
+    with pytest.raises(ConfigError, match=r"snapshot\.reader_pool"):
+        load_config(write(tmp_path, '[snapshot]\nreader_pool = "threads"\n'), {})
