@@ -7,6 +7,8 @@ into JSON lines (the real CLI):
 * gtidsnap with each reader count of ``--readers`` (default 0, 1, 2; 0 reads chunks on the engine's
   thread, pausing the stream), no writer;
 * the bare scan again (the limit is the mean of the two);
+* the splits read by Spark's executors instead (``snapshot.reader_pool = spark``, ``LAG_READERS`` at
+  once, ``SPARK_SPLIT_ROWS`` rows each; Spark ``local[2]`` on the same 2 cores), after the pairs below;
 * ``WRITER_PAIRS`` times, interleaved: gtidsnap with ``LAG_READERS`` readers and no writer
   (configured as the next run, the empty lag table captured too), then the same while a writer
   INSERTs ``LAG_RATE`` rows/s (20 rows per transaction) into that second captured table: the
@@ -46,6 +48,7 @@ LAG_RATE = 2_000.0
 LAG_BATCH = 20
 LAG_TABLE = "lag_rows"
 WRITER_PAIRS = 5
+SPARK_SPLIT_ROWS = 100_000  # rows of a split read by a Spark task (snapshot.reader_pool = spark)
 TAIL_EVERY_S = 0.02
 
 
@@ -91,17 +94,26 @@ class _Tail(threading.Thread):
 
 
 def _snapshot(
-    ctx: Context, readers: int, name: str, work: Path | None = None, paired: bool = False
+    ctx: Context,
+    readers: int,
+    name: str,
+    work: Path | None = None,
+    paired: bool = False,
+    spark_split: int | None = None,
 ) -> dict[str, Any]:
     """``run --snapshot --until-caught-up`` of the table with ``readers``; ``work`` given: the run under
     the writer (its table captured too, the output flushed every 0.1 s so the lag is the stream's);
     ``paired``: the no-writer run it is compared with, configured alike (the lag table captured, the
-    same checkpoint interval), only the writer missing."""
+    same checkpoint interval), only the writer missing; ``spark_split``: the splits read by Spark's
+    executors (``snapshot.reader_pool = spark``), this many rows each."""
     under_writer = work is not None
     work = work if work is not None else ctx.work(name)
     tables = [f"{DATABASE}.{ctx.table}", *([f"{DATABASE}.{LAG_TABLE}"] if under_writer or paired else [])]
     env = cli_run.cli_env(ctx.pair, work, "jsonl", tables, ctx.chunk_size)
     env["GTIDSNAP_SNAPSHOT_READERS"] = str(readers)
+    if spark_split is not None:
+        env["GTIDSNAP_SNAPSHOT_READER_POOL"] = "spark"
+        env["GTIDSNAP_SNAPSHOT_CHUNK_SIZE"] = str(spark_split)
     if under_writer or paired:
         env["GTIDSNAP_CHECKPOINT_INTERVAL_S"] = "0.1"
     result = cli_run.run(
@@ -168,6 +180,7 @@ def measure_g(ctx: Context, counts: tuple[int, ...] = READER_COUNTS) -> dict[str
             }
         )
     median = sorted(pairs, key=lambda p: p["ratio"])[len(pairs) // 2]
+    on_spark = _snapshot(ctx, LAG_READERS, f"parallel-spark-{LAG_READERS}", spark_split=SPARK_SPLIT_ROWS)
     return {
         "rows": ctx.rows,
         "chunk_size": ctx.chunk_size,
@@ -179,5 +192,7 @@ def measure_g(ctx: Context, counts: tuple[int, ...] = READER_COUNTS) -> dict[str
         "writer_rate": LAG_RATE,
         "ratio_under_writer": median["ratio"],
         "writer_pairs": pairs,
+        "spark_readers": {**on_spark, "split_rows": SPARK_SPLIT_ROWS},
+        "ratio_spark_readers": ratio(on_spark["rows_per_s"], limit),
         "lag_p99_worst_s": max(p["under_writer"]["lag_p99_s"] or 0.0 for p in pairs),
     }

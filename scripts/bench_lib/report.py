@@ -178,6 +178,10 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             for n in ("0", "1", "2")
         ],
         (
+            "g. snapshot with 2 splits at a time read by Spark tasks (local[2]), rows/s (ratio to limit)",
+            get("g", _spark_cell),
+        ),
+        (
             "g. 2 readers under a 2,000 rows/s writer: rows/s (ratio to no writer, median of the pairs); "
             "stream lag p50 / p99 s",
             get("g", _under_writer_cell),
@@ -190,6 +194,13 @@ def _by_readers(part: dict[str, Any], n: str) -> str:
     if not isinstance(run, dict):
         return DASH
     return f"{_num(run.get('rows_per_s'))} ({_share(part.get('ratio_by_readers', {}).get(n))})"
+
+
+def _spark_cell(part: dict[str, Any]) -> str:
+    run = part.get("spark_readers")
+    if not isinstance(run, dict):
+        return DASH
+    return f"{_num(run.get('rows_per_s'))} ({_share(part.get('ratio_spark_readers'))})"
 
 
 def _under_writer_cell(part: dict[str, Any]) -> str:

@@ -188,15 +188,20 @@ def test_a_field_pymysql_converts_otherwise_takes_the_general_way() -> None:
     assert shortcut("varchar", None, None) is None  # bytes: a binary charset
 
 
-@pytest.mark.parametrize("length", [250, 251, 65_535, 65_536, 2**24])
-def test_long_fields_are_read_by_length_prefix(length: int) -> None:
+def id_and_blob() -> tuple[TableSchema, Any]:
+    """A table of an INT key and a LONGBLOB, and its row parser."""
     schema = TableSchema(
         TableId("db", "t"),
         (Column("id", "int", "int(11)", nullable=False), Column("b", "longblob", "longblob")),
         ("id",),
     )
     fields = [pymysql_field(FIELD_TYPE.LONG, False), pymysql_field(FIELD_TYPE.LONG_BLOB, True)]
-    parse = build_row_parser(["id", "b"], fields, schema)
+    return schema, build_row_parser(["id", "b"], fields, schema)
+
+
+@pytest.mark.parametrize("length", [250, 251, 65_535, 65_536, 2**24])
+def test_long_fields_are_read_by_length_prefix(length: int) -> None:
+    schema, parse = id_and_blob()
     blob = bytes(range(256)) * (length // 256) + bytes(length % 256)
     key, row = parse(length_coded(b"7") + length_coded(blob), 0)
     assert key == (7,)
@@ -282,13 +287,7 @@ def test_rows_are_cut_out_of_the_socket_whatever_its_pieces(case: Any, seq: int,
 
 
 def test_no_rows_and_a_payload_of_16_mib_or_more() -> None:
-    schema = TableSchema(
-        TableId("db", "t"),
-        (Column("id", "int", "int(11)", nullable=False), Column("b", "longblob", "longblob")),
-        ("id",),
-    )
-    fields = [pymysql_field(FIELD_TYPE.LONG, False), pymysql_field(FIELD_TYPE.LONG_BLOB, True)]
-    parse = build_row_parser(["id", "b"], fields, schema)
+    _, parse = id_and_blob()
     data, _ = packets([EOF_PACKET], 1)
     assert read_result_rows(FakeConnection(data, [], 1), result(), parse) == ([], None)
     for size in (MAX_PACKET - 9, MAX_PACKET - 8, MAX_PACKET * 2):  # the payload exactly 16 MiB - 1, or more
