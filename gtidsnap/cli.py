@@ -211,6 +211,13 @@ def run(
             help="Chunk reader processes (snapshot.readers; default CPUs - 1); 0: on the engine's thread."
         ),
     ] = None,
+    reader_pool: Annotated[
+        str | None,
+        typer.Option(
+            help="Where chunks are read: processes, or spark (splits as Spark tasks on sink.spark_master;"
+            " snapshot.reader_pool)."
+        ),
+    ] = None,
     sink_path: Annotated[str | None, typer.Option(help="Output path (sink.path).")] = None,
     checkpoint: CheckpointOpt = None,
     signals_bootstrap: Annotated[
@@ -233,6 +240,7 @@ def run(
             "source.user": user,
             "snapshot.chunk_size": chunk_size,
             "snapshot.readers": readers,
+            "snapshot.reader_pool": reader_pool,
             "sink.path": sink_path,
             "checkpoint.path": str(checkpoint) if checkpoint else None,
             "signals.bootstrap": signals_bootstrap,

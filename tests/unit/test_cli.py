@@ -72,9 +72,16 @@ class _NoReplica:
         pass
 
 
-@pytest.mark.parametrize(("args", "readers"), [(["--readers", "3"], 3), (["--readers", "0"], 0)])
+@pytest.mark.parametrize(
+    ("args", "readers", "pool"),
+    [
+        (["--readers", "3"], 3, "processes"),
+        (["--readers", "0"], 0, "processes"),
+        (["--readers", "4", "--reader-pool", "spark"], 4, "spark"),
+    ],
+)
 def test_run_readers_flag_reaches_the_config(
-    args: list[str], readers: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    args: list[str], readers: int, pool: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     seen: list[Config] = []
 
@@ -88,7 +95,7 @@ def test_run_readers_flag_reaches_the_config(
     monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
     result = CliRunner().invoke(cli.app, ["run", "--checkpoint", str(tmp_path / "cp.json"), *args])
     assert result.exit_code == 0, result.output
-    assert [c.snapshot.readers for c in seen] == [readers]
+    assert [(c.snapshot.readers, c.snapshot.reader_pool) for c in seen] == [(readers, pool)]
 
 
 def test_run_readers_flag_refuses_a_negative_count(monkeypatch: pytest.MonkeyPatch) -> None:
