@@ -268,8 +268,9 @@ class ParallelChunks:
         self._pool_restarts += 1
         if self._pool_restarts > POOL_RESTARTS:
             raise SourceError(
-                f"chunk reader processes died {self._pool_restarts} times in a row; see the log for why "
-                "(memory? a killed process?), or set snapshot.readers = 0 to read on the engine's thread"
+                f"the chunk readers broke {self._pool_restarts} times in a row (a reader process died, or "
+                "a Spark job reading a split failed); see the log for why (memory? a killed process?), or "
+                "set snapshot.readers = 0 to read on the engine's thread"
             )
         tables = list(dict.fromkeys(p.table for p in self._planned.values()))
         out: list[Output] = []
