@@ -35,7 +35,7 @@ class Reader:
     window: int
     lo: int
     hi: int
-    lw_count: int
+    lw: GtidSet
     floor: int  # transactions the stream had processed (or begun) when the window opened
     rows: dict[int, int] | None = None  # what its SELECT saw
     hw: GtidSet | None = None
@@ -105,9 +105,13 @@ class World:
     # ----------------------------------------------------------------- the engine and its readers
     def open_window(self) -> None:
         lo, hi = self.pending.pop(self.rnd.randrange(len(self.pending)))
-        window = self.windows.open(T, self.executed())
+        # lw: the replica's executed set, or (between transactions, as the engine opens a reader's
+        # window) the stream's own position, which the reader's SELECT then waits to see
+        at_stream = not self.in_tx and self.rnd.random() < 0.5
+        lw = gtid_set(START + self.processed_count()) if at_stream else self.executed()
+        window = self.windows.open(T, lw)
         floor = self.processed_count() + self.in_tx
-        self.readers[window] = Reader(window, lo, hi, self.txs, floor)
+        self.readers[window] = Reader(window, lo, hi, lw, floor)
 
     def select(self, reader: Reader) -> None:
         """The SELECT sees every transaction the stream had processed, but maybe not all of ``lw``: a
@@ -116,7 +120,7 @@ class World:
         reader.rows = {k: v for k, v in state.items() if reader.lo < k <= reader.hi}
 
     def read_hw(self, reader: Reader) -> None:
-        reader.hw = self.executed() - gtid_set(START + reader.lw_count)
+        reader.hw = self.executed() - reader.lw
 
     def deliver(self, reader: Reader) -> None:
         assert reader.rows is not None and reader.hw is not None
