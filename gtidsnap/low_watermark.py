@@ -16,6 +16,11 @@ It does within microseconds; this polls with a growing pause. ``lw`` itself may 
 transactions a read does not see yet (MariaDB's ``gtid_binlog_pos``): the windows therefore remove
 the keys of every change they meet, in ``lw`` or not (:mod:`gtidsnap.window`).
 
+A chunk reader's window opens at the stream's position itself (no read on the engine's thread): the
+reader only waits here (:meth:`LowWatermark.ensure_visible`) until that position is visible, and the
+visible set it reads with each chunk's high watermark answers the next chunk's wait without a round
+trip unless the stream moved on past it.
+
 A server whose visible set never covers the stream (a MariaDB that is not a replica and whose binlog
 holds other servers' GTIDs, say) would make every chunk wait: after ``timeout_s`` once, the run reads
 ``lw`` without waiting, with a warning that says so.

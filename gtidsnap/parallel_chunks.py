@@ -155,7 +155,8 @@ class ParallelChunks:
 
     def plan(self, progress: TableProgress, first_snapshot: bool, chunk_size: int, most: int) -> PlanOutcome:
         """Open up to ``most`` windows on the next ranges of ``progress``'s table and hand them to the
-        readers. Call it between transactions only: the windows open at the ``lw`` read here."""
+        readers. Call it between transactions only: the windows open at the stream's position, their
+        ``lw``, which each reader waits to see before its SELECT."""
         table, new_snapshot = progress.table, not progress.started
         lw = self.windows.processed  # the stream's position: its readers wait until they see all of it
         try:
