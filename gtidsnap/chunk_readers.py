@@ -29,6 +29,7 @@ unit tests drive the parallel engine with it, deciding when each read finishes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from gtidsnap.connection import ConnectionSettings
 from gtidsnap.errors import (
@@ -160,9 +161,32 @@ class ChunkReaderPool(Protocol):
 
 # ----------------------------------------------------------------------------- in processes
 
-_worker_replica: Any = None
-_worker_watermark: LowWatermark | None = None
 _worker_settings: ConnectionSettings | None = None
+# In a reader process (or a Spark executor's Python worker): one connection per replica, and what it
+# saw last, for every job the process runs.
+_connections: dict[ConnectionSettings, tuple[ReplicaPort, LowWatermark]] = {}
+
+
+def worker_connection(settings: ConnectionSettings) -> tuple[ReplicaPort, LowWatermark]:
+    """This process's connection to the replica of ``settings``, opened on first use, with its
+    :class:`LowWatermark`; raises what connecting raises."""
+    found = _connections.get(settings)
+    if found is None:
+        from gtidsnap.replica import Replica  # the reader's process imports it, the engine's has it
+
+        replica = Replica(settings)
+        found = _connections[settings] = (replica, LowWatermark(replica))
+    return found
+
+
+def read_with(settings: ConnectionSettings, job: ChunkJob) -> ChunkRead:
+    """``job`` on this process's connection to ``settings``' replica; a refused connection is the job's
+    failure, sent back as data."""
+    try:
+        replica, watermark = worker_connection(settings)
+    except GtidsnapError as exc:
+        return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
+    return read_chunk(replica, job, watermark)
 
 
 def _worker_start(settings: ConnectionSettings, engine_pid: int) -> None:
@@ -185,31 +209,15 @@ def _worker_warm() -> None:
     """A reader's first call, at the engine's start: the imports and the connection happen while the
     engine starts up, not when the first chunk waits for them. A connection that fails here is opened
     again by the first job, which reports the failure."""
-    global _worker_replica, _worker_watermark
-    if _worker_replica is None:
-        from gtidsnap.replica import Replica
-
-        assert _worker_settings is not None
-        try:
-            _worker_replica = Replica(_worker_settings)
-        except GtidsnapError:
-            return
-        _worker_watermark = LowWatermark(_worker_replica)
+    assert _worker_settings is not None
+    with contextlib.suppress(GtidsnapError):
+        worker_connection(_worker_settings)
 
 
 def _worker_read(job: ChunkJob) -> ChunkRead:
     """A job in a reader process, on the process's own connection (opened on first use)."""
-    global _worker_replica, _worker_watermark
-    if _worker_replica is None:
-        from gtidsnap.replica import Replica  # the reader's process imports it, the engine's has it
-
-        assert _worker_settings is not None
-        try:
-            _worker_replica = Replica(_worker_settings)
-        except GtidsnapError as exc:
-            return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
-        _worker_watermark = LowWatermark(_worker_replica)
-    return read_chunk(_worker_replica, job, _worker_watermark)
+    assert _worker_settings is not None
+    return read_with(_worker_settings, job)
 
 
 @dataclass

@@ -35,10 +35,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gtidsnap.chunk_readers import ChunkJob, ChunkRead, read_chunk
+from gtidsnap.chunk_readers import ChunkJob, ChunkRead, read_with
 from gtidsnap.connection import ConnectionSettings
-from gtidsnap.errors import GtidsnapError
-from gtidsnap.low_watermark import LowWatermark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,25 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _pools = itertools.count(1)
-
-# In an executor's Python worker: one connection (and what it saw last) per replica, for every task
-# the worker runs.
-_connections: dict[ConnectionSettings, tuple[Any, LowWatermark]] = {}
-
-
-def read_split(settings: ConnectionSettings, job: ChunkJob) -> ChunkRead:
-    """One split in an executor's Python worker, on the worker's connection (opened on first use)."""
-    found = _connections.get(settings)
-    if found is None:
-        from gtidsnap.replica import Replica  # the executor's worker imports it
-
-        try:
-            replica = Replica(settings)
-        except GtidsnapError as exc:
-            return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
-        found = _connections[settings] = (replica, LowWatermark(replica))
-    replica, watermark = found
-    return read_chunk(replica, job, watermark)
 
 
 def split_source(name: str, settings: ConnectionSettings) -> type[DataSource]:
@@ -82,7 +61,7 @@ def split_source(name: str, settings: ConnectionSettings) -> type[DataSource]:
 
         def read(self, partition: InputPartition) -> Iterator[tuple[int, bytes]]:
             job: ChunkJob = pickle.loads(base64.b64decode(self.job))
-            yield job.window, pickle.dumps(read_split(settings, job))
+            yield job.window, pickle.dumps(read_with(settings, job))  # the worker's connection, kept
 
     class SplitSource(DataSource):
         @classmethod
