@@ -70,8 +70,9 @@ class LowWatermark:
     def ensure_visible(self, processed: GtidSet) -> None:
         """Return once every transaction in ``processed`` is visible to a new read (or waiting was given
         up). A visible set read before (:meth:`saw`, say with a chunk's high watermark) that covers it
-        answers at once, with no round trip: visible sets only grow."""
-        if self._visible is None or not processed <= self._visible:
+        answers at once, with no round trip: visible sets only grow. Once waiting was given up, it
+        reads nothing (there is nothing to wait for)."""
+        if self.gave_up is None and (self._visible is None or not processed <= self._visible):
             self._wait_visible(processed)
 
     def saw(self, visible: GtidSet) -> None:

@@ -129,8 +129,10 @@ def test_a_reader_that_gives_up_waiting_says_so_once() -> None:
     watermark = LowWatermark(replica, timeout_s=3, sleep=lambda s: None, clock=lambda: next(clock))
     first = read_chunk(replica, ChunkJob(1, SCHEMA, None, (3,), lw=f"{u}:1-10"), watermark)
     assert not first.failed and "without waiting" in first.warning and "fake replica" in first.warning
+    replica.calls.clear()
     second = read_chunk(replica, ChunkJob(2, SCHEMA, None, (3,), lw=f"{u}:1-11"), watermark)
     assert not second.failed and second.warning == ""
+    assert [c[0] for c in replica.calls] == ["select", "executed"], "given up: no read to wait"
 
 
 def test_an_encoding_job_sends_each_rows_json_and_a_row_orjson_cannot_write_as_values() -> None:
