@@ -23,8 +23,8 @@ job's failure. Failures travel as the error's type name and message (gtidsnap's 
 (kill -9, out of memory) breaks the pool: :meth:`ProcessChunkReaders.collect` reports ``broken`` and
 the pool is built anew on the next submit, the engine reading the lost ranges again.
 
-:class:`InlineChunkReaders` runs the same jobs on a replica object in the calling thread, when asked:
-unit tests drive the parallel engine with it, deciding when each read finishes.
+:class:`InlineChunkReaders` runs the same jobs on a replica object in the calling thread: the engine's
+own reader when ``snapshot.readers = 0``, and unit tests, deciding when each read finishes.
 """
 
 from __future__ import annotations
@@ -146,6 +146,11 @@ class ChunkReaderPool(Protocol):
 
     @property
     def size(self) -> int: ...
+    @property
+    def in_flight(self) -> int:
+        """How many ranges to keep planned at once (two per reader: one read, one waiting)."""
+        ...
+
     def start(self) -> None:
         """Get the readers ready ahead of the first job (a no-op where nothing needs starting)."""
         ...
@@ -233,6 +238,10 @@ class ProcessChunkReaders:
     def size(self) -> int:
         return self.readers
 
+    @property
+    def in_flight(self) -> int:
+        return 2 * self.readers
+
     def start(self) -> None:
         """Start the reader processes now, each importing what it needs and connecting (a new Python
         process takes ~0.5 s of CPU to get there), so they are ready when the first chunk is planned."""
@@ -300,8 +309,10 @@ def _broken_future() -> Future[ChunkRead]:
 
 @dataclass
 class InlineChunkReaders:
-    """Jobs run on ``replica`` in the caller's thread when :meth:`finish` says so (unit tests), or at
-    once on :meth:`collect` with ``eager``."""
+    """Jobs run on ``replica`` in the caller's thread: at once on :meth:`collect` with ``eager`` (the
+    engine's reader with ``snapshot.readers = 0``, one range in flight: the loop pauses for one
+    chunk's read at a time, each pause appended to ``pauses_s``), or when :meth:`finish` says so
+    (unit tests decide when each read finishes)."""
 
     replica: ReplicaPort
     readers: int = 2
@@ -310,10 +321,16 @@ class InlineChunkReaders:
     _done: list[ChunkRead] = field(default_factory=list)
     broken: bool = False
     _watermark: LowWatermark | None = None
+    ranges: int | None = None  # ranges in flight (None: two per reader)
+    pauses_s: list[float] | None = None
 
     @property
     def size(self) -> int:
         return self.readers
+
+    @property
+    def in_flight(self) -> int:
+        return self.ranges if self.ranges is not None else 2 * self.readers
 
     def start(self) -> None:
         pass
@@ -328,7 +345,10 @@ class InlineChunkReaders:
             self.queued.remove(job)
             if self._watermark is None:
                 self._watermark = LowWatermark(self.replica)
-            self._done.append(read_chunk(self.replica, job, self._watermark))
+            read = read_chunk(self.replica, job, self._watermark)
+            if self.pauses_s is not None:
+                self.pauses_s.append(read.seconds)
+            self._done.append(read)
 
     def collect(self) -> tuple[list[ChunkRead], bool]:
         if self.broken:

@@ -1,8 +1,8 @@
-"""Several chunk windows in flight, and a stream that never pauses (the pure core of parallel reads).
+"""Chunk windows: where snapshot chunks go into the binlog stream (the pure core of the snapshot).
 
-:mod:`gtidsnap.window` puts one chunk into the stream and needs the stream paused while its chunk is
-selected. Here any number of chunks are read meanwhile, each by its own reader with its own
-watermarks, and the stream goes on:
+The algorithm: DBLog's watermarks in the read-only GTID form, which needs no signal table and no
+write to the source. Any number of chunks are read while the stream goes on, each by its own reader
+with its own watermarks:
 
 1. The engine reads ``lw``, the replica's executed set, once every transaction the stream has
    processed is visible to a new read (:mod:`gtidsnap.low_watermark`), and opens a window
@@ -50,15 +50,21 @@ from dataclasses import dataclass, field
 
 from gtidsnap.gtid import Gtid, GtidSet
 from gtidsnap.model import BinlogEvent, ChunkRow, Heartbeat, Key, RowChange, SchemaChange, TableId, TxCommit
+from gtidsnap.plan import RawKey
 
 
 @dataclass(frozen=True)
-class WindowEmitted:
-    """Window ``window``'s surviving rows, to go out at exactly this point of the stream."""
+class ChunkOut:
+    """Window ``window``'s surviving rows, to go out at exactly this point of the stream; the range it
+    was opened on ends at ``upto`` (the table's next lower bound), ``last`` says it was the table's
+    last, ``key_columns`` is the key of the shape its rows were read with (not the cache's now)."""
 
     window: int
     table: TableId
     rows: tuple[ChunkRow, ...]
+    upto: RawKey = ()
+    last: bool = False
+    key_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class WindowDiscarded:
     reason: str
 
 
-Output = BinlogEvent | WindowEmitted | WindowDiscarded
+Output = BinlogEvent | ChunkOut | WindowDiscarded
 
 
 @dataclass
@@ -79,6 +85,9 @@ class _Window:
     table: TableId
     lw: GtidSet
     seen: GtidSet  # commits past lw the stream processed
+    upto: RawKey
+    last: bool
+    key_columns: tuple[str, ...]
     changed: set[Key] = field(default_factory=set)  # keys touched past lw
     seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
     keys: tuple[Key, ...] = ()  # of ``rows``, in order
@@ -101,14 +110,23 @@ class ChunkWindows:
     def open_windows(self) -> int:
         return len(self._windows)
 
-    def open(self, table: TableId, lw: GtidSet) -> int:
-        """A window from ``lw`` on; its id names it in :meth:`rows_read` and the outputs."""
+    def open(
+        self,
+        table: TableId,
+        lw: GtidSet,
+        upto: RawKey = (),
+        last: bool = False,
+        key_columns: tuple[str, ...] = (),
+    ) -> int:
+        """A window from ``lw`` on, for the range ending at ``upto`` (``last``: the table's last),
+        read with the key ``key_columns``; its id names it in :meth:`rows_read` and the outputs."""
         if not self.processed <= lw:
             raise ValueError(
                 f"the low watermark {lw} misses transactions the stream processed ({self.processed - lw}): "
                 "read it and open the window before the stream goes on"
             )
-        window = _Window(self._next_id, table, lw, lw - lw)  # seen: an empty set of lw's flavour
+        seen = lw - lw  # an empty set of lw's flavour
+        window = _Window(self._next_id, table, lw, seen, upto, last, key_columns)
         self._windows[window.id] = window
         self._next_id += 1
         return window.id
@@ -222,7 +240,7 @@ class ChunkWindows:
         if window.changed:  # most chunks meet no change: their rows go out as they came
             changed = window.changed
             rows = tuple(r for k, r in zip(window.keys, rows, strict=True) if k not in changed)
-        return (WindowEmitted(window.id, window.table, rows),)
+        return (ChunkOut(window.id, window.table, rows, window.upto, window.last, window.key_columns),)
 
 
 def _note_max(window: _Window, gtid: Gtid) -> None:

@@ -1,9 +1,12 @@
-"""The engine: one single-threaded loop that alternates "read one chunk" and "stream to its fence".
+"""The engine: one single-threaded loop that streams the binlog and lets snapshot chunks into it.
 
-Binlog processing pauses only while a chunk is taken (low watermark, SELECT, high watermark): the
-loop simply does not read the stream then; the server keeps sending and the socket buffers. Every
+The loop plans chunk ranges of the table being snapshotted, hands them to chunk readers
+(:mod:`gtidsnap.parallel_chunks`: reader processes, Spark tasks, or with ``snapshot.readers = 0``
+one reader on this thread), and passes every binlog event through the open windows; a chunk goes out
+where its window closes. The stream is read on a thread of its own while windows are open
+(:mod:`gtidsnap.stream_pump`), so the loop can wait for events and finished reads together. Every
 other thread (CLI, signal consumer) talks to the loop through :attr:`Engine.commands`, so nothing
-touches the window or the context concurrently.
+touches the windows or the context concurrently.
 
 Each emitted record gets the next sequence number. Output and checkpoint advance together (sink
 commit, then checkpoint) and only at transaction boundaries, so a kill -9 anywhere resumes from the
@@ -16,15 +19,9 @@ after it; the loop waits for it before sealing the next one. The signal consumer
 commands (:mod:`gtidsnap.commands`) on :attr:`Engine.commands`. The ports the loop drives are declared
 in :mod:`gtidsnap.ports`.
 
-What the loop does next is chosen by :func:`gtidsnap.loop_step.next_step` from plain facts; a chunk
-is taken by :class:`gtidsnap.chunk_taker.ChunkTaker`, which answers with what became of it; a request
-is checked whole by :mod:`gtidsnap.snapshot_request`. The engine applies those answers to its state.
-
-With chunk readers (``snapshot.readers`` > 0) the stream never pauses: the loop plans key ranges,
-reader processes SELECT them, and several windows are in flight at once
-(:mod:`gtidsnap.parallel_chunks`); the stream is read on a thread of its own
-(:mod:`gtidsnap.stream_pump`) so the loop can wait for events and finished reads together. Outputs,
-sequence numbers and checkpoints stay the loop's alone, as above.
+What the loop does next is chosen by :func:`gtidsnap.loop_step.next_step` from plain facts; the
+planner answers with what became of each chunk as plain data; a request is checked whole by
+:mod:`gtidsnap.snapshot_request`. The engine applies those answers to its state.
 """
 
 from __future__ import annotations
@@ -37,8 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gtidsnap.checkpoint import Checkpoint, resume_problem
-from gtidsnap.chunk_readers import ChunkReaderPool
-from gtidsnap.chunk_taker import ChunkTaker, ShapeChanged, SnapshotDone, SnapshotFailed
+from gtidsnap.chunk_readers import ChunkReaderPool, InlineChunkReaders
+from gtidsnap.chunk_windows import ChunkOut
 from gtidsnap.commands import (
     Command,
     PauseSnapshots,
@@ -55,21 +52,17 @@ from gtidsnap.errors import CheckpointError, SchemaError, stored_reason
 from gtidsnap.gtid import GtidSet
 from gtidsnap.loop_step import EngineSettings, LoopFacts, Step, commit_due, next_step
 from gtidsnap.low_watermark import executed_covering
-from gtidsnap.model import (
-    BinlogEvent,
-    ChunkDiscarded,
-    ChunkEmitted,
-    ChunkRow,
-    RowChange,
-    SchemaChange,
-    TableId,
-    TxBegin,
-    TxCommit,
-    WindowOutput,
+from gtidsnap.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
+from gtidsnap.parallel_chunks import (
+    ChunksFailed,
+    ChunksPlanned,
+    ChunksRedone,
+    Output,
+    ParallelChunks,
+    ShapeChanged,
+    SnapshotFailed,
 )
-from gtidsnap.parallel_chunks import ChunkOut, ChunksFailed, ChunksPlanned, ChunksRedone, ParallelChunks
-from gtidsnap.parallel_chunks import Output as ParallelOutput
-from gtidsnap.plan import InFlightChunk, RawKey, SnapshotContext, TableProgress
+from gtidsnap.plan import SnapshotContext, TableProgress
 from gtidsnap.ports import (
     CheckpointPort,
     DrainingSink,
@@ -86,7 +79,6 @@ from gtidsnap.schema_cache import SchemaCache
 from gtidsnap.signal_ledger import SignalLedger
 from gtidsnap.snapshot_request import checked_request
 from gtidsnap.stream_pump import PumpedStream
-from gtidsnap.window import ChunkWindow
 
 log = logging.getLogger("gtidsnap.engine")
 TX_BURST = 1000  # events of one transaction read in a row before the loop takes a turn
@@ -125,17 +117,18 @@ class Engine:
         self.stats = RunStats()
         # shared with the sink when the runner builds both (gtidsnap.schema_cache)
         self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
-        self._window: ChunkWindow | None = None
-        self._chunk: InFlightChunk | None = None
         self._in_tx = False
         self._stop = False
         self._last_chunk_at = 0.0
         self._last_commit_at = time.monotonic()
         self._uncommitted = 0
-        self._chunks = ChunkTaker(replica, self.schemas, self.stats.chunk_pause_s)
         self._committer: BackgroundCommitter | None = None  # set while run() runs, for a SealingSink
-        self.readers = readers  # None: chunks are taken on this thread, pausing the stream
-        self._parallel: ParallelChunks | None = None  # set while run() runs, with readers
+        # No pool given: one reader on this thread, one chunk at a time (the stream's pump reads on
+        # meanwhile; the loop pauses for one chunk's SELECT at most, its time kept as chunk_pause_s).
+        self.readers: ChunkReaderPool = readers or InlineChunkReaders(
+            replica, readers=1, ranges=1, pauses_s=self.stats.chunk_pause_s
+        )
+        self._chunks: ParallelChunks | None = None  # set while run() runs
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
@@ -176,8 +169,7 @@ class Engine:
     def run(self, snapshot: Sequence[TableId] = (), until_caught_up: bool = False) -> RunStats:
         """Run until :class:`Shutdown` (or, with ``until_caught_up``, until snapshots are done and the
         stream has reached the replica's executed set read at that moment)."""
-        if self.readers is not None:
-            self.readers.start()  # the reader processes start up while the engine does
+        self.readers.start()  # reader processes start up while the engine does
         try:
             self._resume()
             self.request_snapshot(snapshot)
@@ -185,21 +177,17 @@ class Engine:
                 self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
             stream: StreamPort = self.open_stream(self.processed, self._schema_of)
         except BaseException:
-            if self.readers is not None:
-                self.readers.close()
+            self.readers.close()
             raise
-        pump: PumpedStream | None = None
         target: GtidSet | None = None
         if isinstance(self.sink, SealingSink):
             self._committer = BackgroundCommitter()
-        if self.readers is not None:
-            # A JSON-lines sink takes rows its readers already wrote as JSON: the engine only splices.
-            encode = bool(getattr(self.sink, "takes_encoded_rows", False))
-            self._parallel = ParallelChunks(
-                self.replica, self.readers, self.schemas, self.processed, encode=encode
-            )
-            self.stats.readers = self._parallel.throughput
-            pump = PumpedStream(_ShapesForgotten(stream, self.schemas))  # pumped while readers work
+        # A JSON-lines sink takes rows its readers already wrote as JSON: the engine only splices.
+        encode = bool(getattr(self.sink, "takes_encoded_rows", False))
+        chunks = self._chunks = ParallelChunks(
+            self.replica, self.readers, self.schemas, self.processed, encode=encode, stats=self.stats
+        )
+        pump = PumpedStream(_ShapesForgotten(stream, self.schemas))  # pumped while readers work
         try:
             while not self._stop:
                 if self._committer is not None:
@@ -209,19 +197,15 @@ class Engine:
                     break
                 if not self._in_tx and self._commit_due():
                     self._commit()  # also between chunks: a snapshot of an idle source never reads the stream
-                if self._parallel is not None and not self._in_tx:
-                    self._emit(self._parallel.collect())  # finished reads go out between transactions
+                if not self._in_tx:
+                    self._emit(chunks.collect())  # finished reads go out between transactions
                 facts = self._facts(until_caught_up)
                 step = next_step(facts)
-                if pump is not None and not self._in_tx:  # a pump thread only while readers have work
-                    busy = facts.snapshots_waiting or (self._parallel is not None and self._parallel.busy)
-                    if busy:
+                if not self._in_tx:  # a pump thread only while readers have work
+                    if facts.snapshots_waiting or chunks.busy:
                         pump.pump()
                     else:
                         pump.unpump()
-                if step is Step.TAKE_CHUNK and self._parallel is None:
-                    self._take_chunk()
-                    continue
                 if step is Step.TAKE_CHUNK and self._plan_chunks():
                     continue
                 if step is Step.SLEEP:
@@ -233,13 +217,11 @@ class Engine:
                         log.info("snapshots done; streaming up to %s", target)
                     if target <= self.processed:
                         break
-                if pump is None:
-                    event = stream.next()
-                else:  # readers at work: look again soon; otherwise wait as long as commands allow
-                    event = pump.next(0.002 if self._parallel and self._parallel.busy else 0.1)
+                # readers at work: look again soon; otherwise wait as long as commands allow
+                event = pump.next(0.002 if chunks.busy else 0.1)
                 if event is not None:
                     self._on_event(event)
-                    self._rest_of_transaction(stream.next if pump is None else lambda: pump.next(0.1))
+                    self._rest_of_transaction(lambda: pump.next(0.1))
                 if not self._in_tx and self._commit_due():
                     self._commit()
             if not self._in_tx:
@@ -253,10 +235,9 @@ class Engine:
             if committer is not None:
                 with contextlib.suppress(Exception):  # already failing: let the first error out
                     committer.wait()
-            if self._parallel is not None:
-                self._parallel.close()
-                self._parallel = None
-            (pump or stream).close()
+            chunks.close()
+            self._chunks = None
+            pump.close()
             self.sink.close()
         return self.stats
 
@@ -275,7 +256,7 @@ class Engine:
     def _facts(self, until_caught_up: bool) -> LoopFacts:
         """What :func:`gtidsnap.loop_step.next_step` chooses from."""
         return LoopFacts(
-            between_transactions=(self._window is None or self._parallel is not None) and not self._in_tx,
+            between_transactions=not self._in_tx,
             snapshots_waiting=bool(self.context.pending()) and not self.context.paused,
             chunk_wait_s=self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic(),
             until_caught_up=until_caught_up,
@@ -310,10 +291,8 @@ class Engine:
                 self.captured.add(table)
                 self.context = self.context.enqueue([table], condition)
         elif isinstance(command, StopSnapshot):
-            if self._window is not None and (command.tables is None or self._window.table in command.tables):
-                self._drop_window()  # rows already streamed stay; the chunk is dropped
-            if self._parallel is not None:
-                self._emit(self._parallel.stop(command.tables))
+            if self._chunks is not None:  # rows already streamed stay; the chunks in flight are dropped
+                self._emit(self._chunks.stop(command.tables))
             self.context = self.context.stop(command.tables)
         elif isinstance(command, PauseSnapshots | ResumeSnapshots):
             self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
@@ -346,47 +325,17 @@ class Engine:
             return None
 
     # ------------------------------------------------------------------ chunks
-    def _take_chunk(self) -> None:
-        """Take the next chunk of the current table (:mod:`gtidsnap.chunk_taker`) and open its window.
-
-        A changed table shape is tried again; a failure ends this table's snapshot with the reason and
-        leaves everything else running."""
-        progress = self.context.current()
-        assert progress is not None
-        outcome = self._chunks.take(
-            progress, self.context.first_snapshot(progress.table), self.settings.chunk_size, self.processed
-        )
-        if isinstance(outcome, ShapeChanged):
-            self.context = self.context.update(outcome.progress)
-            return
-        if isinstance(outcome, SnapshotDone) and not outcome.selected:
-            self.context = self._finish(outcome.progress)  # an empty table: no SELECT to space out
-            return
-        self._last_chunk_at = time.monotonic()  # the next chunk waits chunk_delay_s after a SELECT
-        if isinstance(outcome, SnapshotFailed):
-            self.context = self._finish(outcome.progress.failed(stored_reason(str(outcome.error))))
-        elif isinstance(outcome, SnapshotDone):
-            self.context = self._finish(outcome.progress)
-        else:
-            chunk, size = outcome.chunk, self.settings.chunk_size
-            self.context = self.context.update(outcome.progress)
-            self._chunk = InFlightChunk(outcome.progress, chunk.last_raw_key, chunk.count, size)
-            self._window = ChunkWindow(
-                outcome.progress.table, chunk.rows, outcome.lw, outcome.hw, self.processed
-            )
-            self.stats.window_opened_at = time.monotonic()
-            self._emit(self._window.start())
-
     def _plan_chunks(self) -> bool:
         """Hand the next ranges of the current table to free readers (:mod:`gtidsnap.parallel_chunks`);
         False when none is free (the loop reads the stream meanwhile)."""
-        assert self._parallel is not None
+        chunks = self._chunks
+        assert chunks is not None
         progress = self.context.current()
         assert progress is not None
-        if not self._parallel.has_room(progress):
+        if not chunks.has_room(progress):
             return False
-        most = 1 if self.settings.chunk_delay_s > 0 else self._parallel.in_flight
-        outcome = self._parallel.plan(
+        most = 1 if self.settings.chunk_delay_s > 0 else chunks.in_flight
+        outcome = chunks.plan(
             progress, self.context.first_snapshot(progress.table), self.settings.chunk_size, most
         )
         if isinstance(outcome, ChunksPlanned | ShapeChanged):
@@ -407,11 +356,8 @@ class Engine:
 
     # ------------------------------------------------------------------ events and outputs
     def _on_event(self, event: BinlogEvent) -> None:
-        if self._parallel is not None:
-            outputs: Iterable[WindowOutput | ParallelOutput] = self._parallel.feed(event)
-        else:
-            outputs = self._window.feed(event) if self._window is not None else (event,)
-        self._emit(outputs)
+        assert self._chunks is not None
+        self._emit(self._chunks.feed(event))
         if isinstance(event, TxBegin):
             self._in_tx = True
         elif isinstance(event, TxCommit):
@@ -422,32 +368,24 @@ class Engine:
                 self.schemas.forget(table)  # read again, with the new shape, when next needed
             self._unfresh(event.tables)
 
-    def _emit(self, outputs: Iterable[WindowOutput | ParallelOutput]) -> None:
+    def _emit(self, outputs: Iterable[Output]) -> None:
         records: list[Emitted] = []
         for out in outputs:
             if isinstance(out, RowChange) and out.table in self.captured:
                 records.append(self._record_of_change(out))
-            elif isinstance(out, ChunkEmitted):
-                records.extend(self._records_of_chunk(out))
             elif isinstance(out, ChunkOut):
-                records.extend(self._records_of_range(out))
+                records.extend(self._records_of_chunk(out))
             elif isinstance(out, ChunksRedone):
                 log.info("chunks of %s dropped, reading them again: %s", out.table, out.reason)
             elif isinstance(out, ChunksFailed):
                 log.error("snapshot of %s stopped: %s", out.table, out.error)
                 failed = self._progress_of(out.table).failed(stored_reason(str(out.error)))
                 self.context = self._finish(failed)
-            elif isinstance(out, ChunkDiscarded):
-                log.info("chunk of %s discarded, selecting it again: %s", out.table, out.reason)
-                self.schemas.forget(out.table)
-                self._drop_window()
         if records:
             self.sink.write(records)
             count = emitted_rows(records)
             self._uncommitted += count
             self.stats.records += count
-        if self._window is not None and self._window.done:
-            self._drop_window()
 
     def _unfresh(self, tables: Iterable[TableId]) -> None:
         """A DDL of a table being snapshotted may change its key order (a collation, a type): the
@@ -455,49 +393,24 @@ class Engine:
         progress = self.context.current()
         if progress is not None and progress.fresh and progress.table in set(tables):
             self.context = self.context.update(progress.not_fresh())
-            if self._chunk is not None and self._chunk.progress.table == progress.table:
-                self._chunk = replace(self._chunk, progress=self._chunk.progress.not_fresh())
-
-    def _drop_window(self) -> None:
-        """The window is closed (emitted or discarded) or abandoned: count how long it waited."""
-        self.stats.window_wait_s += self.stats.window_waiting_s()
-        self.stats.window_opened_at = None
-        self._window, self._chunk = None, None
 
     def _record_of_change(self, change: RowChange) -> Record:
         self.seq += 1
         return change_record(change, self.seq - 1)
 
-    def _records_of_range(self, chunk: ChunkOut) -> list[Emitted]:
-        """A parallel reader's chunk goes out: its rows, then the table's progress after its range."""
+    def _records_of_chunk(self, chunk: ChunkOut) -> list[Emitted]:
+        """A chunk goes out: its surviving rows as records; the table's progress moves past its range
+        (done if it was the last). ``chunk.key_columns``: the key of the shape the rows were read with
+        (the stream's pump forgets shapes at a DDL before this thread reaches it; a renamed table has
+        none to read)."""
         progress = self._progress_of(chunk.table)
-        return self._chunk_records(progress, chunk.rows, chunk.upto, chunk.last, chunk.key_columns)
-
-    def _records_of_chunk(self, chunk: ChunkEmitted) -> list[Emitted]:
-        in_flight, self._chunk = self._chunk, None
-        assert in_flight is not None
-        key = self.schemas.get(chunk.table).key
-        progress, rows = in_flight.progress, tuple(row for _, row in chunk.rows)
-        return self._chunk_records(progress, rows, in_flight.last_raw_key, in_flight.last, key)
-
-    def _chunk_records(
-        self,
-        progress: TableProgress,
-        rows: Sequence[ChunkRow],
-        next_after: RawKey | None,
-        last: bool,
-        key: Sequence[str],
-    ) -> list[Emitted]:
-        """A chunk's surviving rows as records; the table's progress moves past it (done if ``last``).
-        ``key``: the key columns of the shape the rows were read with (with readers the stream's pump
-        forgets shapes at a DDL before this thread reaches it; a renamed table has none to read)."""
-        table = progress.table
-        records = snapshot_output(table, rows, key, self.seq, progress.fresh, int(time.time()))
+        table, rows = chunk.table, chunk.rows
+        records = snapshot_output(table, rows, chunk.key_columns, self.seq, progress.fresh, int(time.time()))
         self.seq += len(rows)
-        progress = progress.chunk_read(next_after, len(rows))
+        progress = progress.chunk_read(chunk.upto, len(rows))
         if rows:
             self.context = self.context.emitted(table)
-        self.context = self._finish(progress) if last else self.context.update(progress)
+        self.context = self._finish(progress) if chunk.last else self.context.update(progress)
         self.stats.chunks += 1
         self.stats.snapshot_rows += len(rows)
         self._report()

@@ -14,7 +14,7 @@ So before ``lw`` is read, the replica's *visible* set (transactions a new read i
 replica, which grows after its applier commits) must cover every transaction the stream processed.
 It does within microseconds; this polls with a growing pause. ``lw`` itself may still name
 transactions a read does not see yet (MariaDB's ``gtid_binlog_pos``): the windows therefore remove
-the keys of every change they meet, in ``lw`` or not (:mod:`gtidsnap.window`).
+the keys of every change they meet, in ``lw`` or not (:mod:`gtidsnap.chunk_windows`).
 
 A chunk reader's window opens at the stream's position itself (no read on the engine's thread): the
 reader only waits here (:meth:`LowWatermark.ensure_visible`) until that position is visible, and the

@@ -98,25 +98,3 @@ class Heartbeat:
 
 
 BinlogEvent = TxBegin | RowChange | TxCommit | SchemaChange | Heartbeat
-
-
-# --------------------------------------------------------------------------- window outputs
-
-
-@dataclass(frozen=True)
-class ChunkEmitted:
-    """The chunk's surviving rows, to be emitted at exactly this point of the stream."""
-
-    table: TableId
-    rows: tuple[tuple[Key, Row], ...]
-
-
-@dataclass(frozen=True)
-class ChunkDiscarded:
-    """The chunk must be selected again (its table's schema changed while its window was open)."""
-
-    table: TableId
-    reason: str
-
-
-WindowOutput = BinlogEvent | ChunkEmitted | ChunkDiscarded

@@ -1,4 +1,8 @@
-"""A table's snapshot read by several readers while the stream runs on (``snapshot.readers`` > 0).
+"""A table's snapshot read by chunk readers while the stream runs on: the one snapshot path.
+
+The readers are a :class:`gtidsnap.chunk_readers.ChunkReaderPool`: reader processes, Spark tasks, or
+(``snapshot.readers = 0``) one reader on the engine's thread that reads one chunk per loop turn, the
+only pause the stream then sees. The windows' algorithm is specified in :mod:`gtidsnap.chunk_windows`.
 
 The engine's thread plans: at a transaction boundary, for each free reader, it takes where the next
 chunk ends (:meth:`Replica.chunk_ends` finds the ends of ``ENDS_AT_ONCE`` chunks in one round trip:
@@ -26,21 +30,21 @@ What can go wrong with a chunk, and what becomes of it (returned as plain data f
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gtidsnap.chunk_readers import ChunkJob, ChunkRead, ChunkReaderPool, rebuilt_error
-from gtidsnap.chunk_taker import SCHEMA_RETRIES, ShapeChanged, SnapshotDone, SnapshotFailed
-from gtidsnap.chunk_windows import ChunkWindows, WindowDiscarded, WindowEmitted
+from gtidsnap.chunk_windows import ChunkOut, ChunkWindows, WindowDiscarded
 from gtidsnap.chunk_windows import Output as WindowsOutput
 from gtidsnap.errors import FilterError, GtidsnapError, QueryError, SchemaError, SourceError
 from gtidsnap.gtid import GtidSet, parse_gtid_set
 from gtidsnap.low_watermark import LowWatermark
-from gtidsnap.model import BinlogEvent, ChunkRow, TableId
+from gtidsnap.model import BinlogEvent, TableId
 from gtidsnap.plan import RawKey, TableProgress
 from gtidsnap.ports import ReplicaPort
-from gtidsnap.run_stats import ReaderThroughput
+from gtidsnap.run_stats import ReaderThroughput, RunStats
 from gtidsnap.schema import TableSchema
 from gtidsnap.schema_cache import SchemaCache
 
@@ -48,18 +52,31 @@ log = logging.getLogger(__name__)
 
 POOL_RESTARTS = 3  # reader pools that die in a row, without a chunk going out between, before giving up
 ENDS_AT_ONCE = 8  # chunk ends found by one query (a stale end only makes its chunk larger or smaller)
+SCHEMA_RETRIES = 3  # a chunk that fails on a changed schema is tried again with the shape read anew
 
 
 @dataclass(frozen=True)
-class ChunkOut:
-    """A chunk's surviving rows, to go out at this point of the stream; ``upto`` is where its range
-    ended (the next lower bound) and ``last`` says it was the table's last range."""
+class SnapshotDone:
+    """Nothing left to read: no row matched at the start (``selected`` False, no SELECT was sent)."""
 
-    table: TableId
-    rows: tuple[ChunkRow, ...]
-    upto: RawKey
-    last: bool
-    key_columns: tuple[str, ...]  # the key of the shape the rows were read with, not the cache's now
+    progress: TableProgress
+    selected: bool
+
+
+@dataclass(frozen=True)
+class ShapeChanged:
+    """The replica applied a DDL the stream has not reached: try again with the shape read anew."""
+
+    progress: TableProgress
+
+
+@dataclass(frozen=True)
+class SnapshotFailed:
+    """The server refused the statement, stopped it at the time limit, the filter no longer passes
+    its check, or the shape kept changing: this table's snapshot ends with the reason."""
+
+    progress: TableProgress
+    error: GtidsnapError
 
 
 @dataclass(frozen=True)
@@ -91,14 +108,6 @@ PlanOutcome = ChunksPlanned | SnapshotDone | ShapeChanged | SnapshotFailed
 Output = BinlogEvent | ChunkOut | ChunksRedone | ChunksFailed
 
 
-@dataclass(frozen=True)
-class _Planned:
-    table: TableId
-    upto: RawKey
-    last: bool
-    key_columns: tuple[str, ...]  # of the shape the range is read with
-
-
 @dataclass
 class _Frontier:
     """Where the next range of the table being read starts, and whether its last one is planned; the
@@ -123,17 +132,22 @@ class ParallelChunks:
         processed: GtidSet,
         in_flight: int | None = None,
         encode: bool = False,
+        stats: RunStats | None = None,
     ) -> None:
-        """``encode``: the readers send each row's JSON, not its values (the output is JSON lines)."""
+        """``encode``: the readers send each row's JSON, not its values (the output is JSON lines);
+        ``stats``: where per-reader throughput and the windows' waits for the stream are counted."""
         self.replica = replica
         self.encode = encode
         self.readers = readers
         self.schemas = schemas
         self.windows = ChunkWindows(processed)
-        # Two ranges per reader: one being read, one waiting, so no reader idles between collections.
-        self.in_flight = in_flight if in_flight is not None else 2 * readers.size
-        self.throughput: dict[int, ReaderThroughput] = {}
-        self._planned: dict[int, _Planned] = {}
+        # By default two ranges per reader: one being read, one waiting, so no reader idles between
+        # collections (a pool may ask for fewer: the inline reader reads one chunk per loop turn).
+        self.in_flight = in_flight if in_flight is not None else readers.in_flight
+        self.stats = stats if stats is not None else RunStats()
+        self.throughput: dict[int, ReaderThroughput] = self.stats.readers
+        self._waiting: dict[int, float] = {}  # windows whose rows came, waiting for the stream: since when
+        self._planned: dict[int, TableId] = {}  # the table of each open window
         self._frontier = _Frontier()
         self._schema_retries = 0
         self._pool_restarts = 0
@@ -177,8 +191,8 @@ class ParallelChunks:
                 end = self._next_end(schema, progress, chunk_size)
                 last = end is None or tuple(end) == tuple(progress.max_key)
                 upto = tuple(progress.max_key) if end is None else tuple(end)
-                window = self.windows.open(table, lw)
-                self._planned[window] = _Planned(table, upto, last, tuple(schema.key))
+                window = self.windows.open(table, lw, upto, last, tuple(schema.key))
+                self._planned[window] = table
                 self.readers.submit(
                     ChunkJob(window, schema, frontier.after, upto, progress.condition, self.encode, lw_text)
                 )
@@ -234,13 +248,13 @@ class ParallelChunks:
         return out
 
     def _on_read(self, read: ChunkRead) -> list[Output]:
-        planned = self._planned.get(read.window)
-        if planned is None:
+        table = self._planned.get(read.window)
+        if table is None:
             return []  # its window was dropped meanwhile
         if read.warning:
             log.warning("%s", read.warning)
         if read.failed:
-            return self._read_failed(planned.table, read)
+            return self._read_failed(table, read)
         stats = self.throughput.setdefault(read.reader, ReaderThroughput())
         stats.rows += len(read.rows)
         stats.chunks += 1
@@ -248,7 +262,10 @@ class ParallelChunks:
         lw = self.windows.low_watermark(read.window)
         assert lw is not None  # planned windows are open windows
         hw = parse_gtid_set(str(self.replica.flavor), read.executed) - lw
-        return self._mapped(self.windows.rows_read(read.window, read.keys, read.rows, hw))
+        self._waiting[read.window] = time.monotonic()
+        out = self._mapped(self.windows.rows_read(read.window, read.keys, read.rows, hw))
+        self.stats.window_opened_at = min(self._waiting.values(), default=None)
+        return out
 
     def _read_failed(self, table: TableId, read: ChunkRead) -> list[Output]:
         error = rebuilt_error(read)
@@ -273,7 +290,7 @@ class ParallelChunks:
                 "a Spark job reading a split failed); see the log for why (memory? a killed process?), or "
                 "set snapshot.readers = 0 to read on the engine's thread"
             )
-        tables = list(dict.fromkeys(p.table for p in self._planned.values()))
+        tables = list(dict.fromkeys(self._planned.values()))
         out: list[Output] = []
         for table in tables:
             out.extend(self._drop_table(table))
@@ -284,16 +301,17 @@ class ParallelChunks:
         """Drop the windows of ``tables`` (all when None): their snapshots were stopped."""
         names = None if tables is None else set(tables)
         out: list[Output] = []
-        for table in list(dict.fromkeys(p.table for p in self._planned.values())):
+        for table in list(dict.fromkeys(self._planned.values())):
             if names is None or table in names:
                 out.extend(self._drop_table(table))
         return out
 
     def _drop_table(self, table: TableId) -> list[Output]:
         """Forget every window of ``table``; the next range starts after the last emitted key."""
-        dropped = [w for w, p in self._planned.items() if p.table == table]
+        dropped = [w for w, t in self._planned.items() if t == table]
         for window in dropped:
             del self._planned[window]
+            self._waited(window)
         if self._frontier.table == table:
             self._frontier = _Frontier()
         return self._mapped(self.windows.abandon(*dropped))  # all at once: none of the table goes out
@@ -301,18 +319,27 @@ class ParallelChunks:
     def _mapped(self, outputs: Iterable[WindowsOutput]) -> list[Output]:
         out: list[Output] = []
         for item in outputs:
-            if isinstance(item, WindowEmitted):
-                planned = self._planned.pop(item.window)
+            if isinstance(item, ChunkOut):
+                del self._planned[item.window]
+                self._waited(item.window)
                 self._schema_retries = 0
                 self._pool_restarts = 0
-                out.append(ChunkOut(item.table, item.rows, planned.upto, planned.last, planned.key_columns))
+                out.append(item)
             elif isinstance(item, WindowDiscarded):
-                if any(p.table == item.table for p in self._planned.values()):  # once per table
+                if item.table in self._planned.values():  # once per table
                     out.extend(self._drop_table(item.table))
                     out.append(ChunksRedone(item.table, item.reason))
             else:
                 out.append(item)
         return out
+
+    def _waited(self, window: int) -> None:
+        """``window`` went out or was dropped: count how long it waited for the stream (under heavy
+        writes the snapshot advances at the stream's pace; the progress display says so)."""
+        since = self._waiting.pop(window, None)
+        if since is not None:
+            self.stats.window_wait_s += time.monotonic() - since
+        self.stats.window_opened_at = min(self._waiting.values(), default=None)
 
     def close(self) -> None:
         self.readers.close()

@@ -142,21 +142,6 @@ class TableProgress:
 
 
 @dataclass(frozen=True)
-class InFlightChunk:
-    """The chunk whose window is open: its table's progress when it was selected, and how it ends."""
-
-    progress: TableProgress
-    last_raw_key: RawKey | None  # the next chunk's lower bound, exactly as the server returned it
-    count: int  # rows selected
-    limit: int  # the chunk size asked for
-
-    @property
-    def last(self) -> bool:
-        """Fewer rows than asked for: the table's snapshot ends with this chunk."""
-        return self.count < self.limit
-
-
-@dataclass(frozen=True)
 class SnapshotContext:
     """Every table asked for, in queue order; the first one not done is the one being read."""
 

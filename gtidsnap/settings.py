@@ -178,8 +178,9 @@ class SnapshotSection(_Section):
         default_factory=default_readers,
         ge=0,
         le=MAX_READERS,
-        description="chunk reader processes, each with its own connection (0: read chunks on the "
-        f"engine's thread, pausing the stream); default: CPUs - 1, at most {MAX_DEFAULT_READERS}; "
+        description="chunk reader processes, each with its own connection (0: one reader on the "
+        f"engine's thread, pausing the stream one chunk at a time); default: CPUs - 1, at most "
+        f"{MAX_DEFAULT_READERS}; "
         "with reader_pool = spark: splits read at once by Spark's executors",
     )
     reader_pool: Annotated[ReaderPool, BeforeValidator(_lower)] = Field(

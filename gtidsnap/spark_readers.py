@@ -95,6 +95,10 @@ class SparkChunkReaders:
     def size(self) -> int:
         return self.readers
 
+    @property
+    def in_flight(self) -> int:
+        return 2 * self.readers
+
     def start(self) -> None:
         """Start Spark (or take the running session) and register the data source."""
         self._started()

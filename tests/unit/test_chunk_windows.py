@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtidsnap.chunk_windows import ChunkWindows, Output, WindowDiscarded, WindowEmitted
+from gtidsnap.chunk_windows import ChunkOut, ChunkWindows, Output, WindowDiscarded
 from gtidsnap.gtid import GtidSet, MariadbGtid, MariadbGtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 
@@ -153,7 +153,7 @@ class World:
                     self.mirror.pop(out.key[0], None)
                 else:
                     self.mirror[out.key[0]] = out.after["v"]
-            elif isinstance(out, WindowEmitted):
+            elif isinstance(out, ChunkOut):
                 assert out.window > self.last_emitted, "windows go out in the order they were opened"
                 self.last_emitted = out.window
                 reader = delivered if delivered is not None and delivered.window == out.window else None
@@ -171,7 +171,7 @@ class World:
                 assert bounds is not None
                 self.pending.append(bounds)
         if delivered is not None and not any(
-            isinstance(o, WindowEmitted | WindowDiscarded) and o.window == delivered.window for o in outputs
+            isinstance(o, ChunkOut | WindowDiscarded) and o.window == delivered.window for o in outputs
         ):
             self.waiting[delivered.window] = (delivered.lo, delivered.hi)  # it waits for the stream
         if not self.in_tx:
@@ -257,11 +257,11 @@ def test_rows_of_a_chunk_changed_after_its_low_watermark_are_dropped_even_past_h
         *windows.feed(RowChange(g11, T, "u", (1,), {"v": 0}, {"v": 1})),
         *windows.feed(TxCommit(g11)),
     ]
-    assert not any(isinstance(o, WindowEmitted) for o in fed), "rows not read yet: nothing to emit"
+    assert not any(isinstance(o, ChunkOut) for o in fed), "rows not read yet: nothing to emit"
     # The SELECT ran before g11 (hw empty) and saw key 1 at 0: the stream already emitted its newer image.
     rows = [{"id": 1, "v": 0}, {"id": 2, "v": 0}]
     out = windows.rows_read(w, [(1,), (2,)], rows, gtid_set(10) - gtid_set(10))
-    assert out == (WindowEmitted(w, T, ({"id": 2, "v": 0},)),)
+    assert out == (ChunkOut(w, T, ({"id": 2, "v": 0},)),)
     assert windows.open_windows == 0
     assert windows.feed(TxBegin(g12)) == (TxBegin(g12),)
 
@@ -273,9 +273,9 @@ def test_a_window_waits_for_hw_then_closes_on_the_completing_commit_or_the_first
     assert windows.rows_read(b, [(6,)], [{"v": 0}], gtid_set(12) - gtid_set(10)) == ()
     g11, g13 = MysqlGtid(U, "", 11), MysqlGtid(U, "", 13)
     assert windows.feed(TxBegin(g11)) == (TxBegin(g11),)
-    assert windows.feed(TxCommit(g11)) == (TxCommit(g11), WindowEmitted(a, T, ({"v": 0},)))
+    assert windows.feed(TxCommit(g11)) == (TxCommit(g11), ChunkOut(a, T, ({"v": 0},)))
     # g12 never reaches the binlog (hw member filtered out); g13 was committed after hw was read.
-    assert windows.feed(TxBegin(g13)) == (WindowEmitted(b, T, ({"v": 0},)), TxBegin(g13))
+    assert windows.feed(TxBegin(g13)) == (ChunkOut(b, T, ({"v": 0},)), TxBegin(g13))
 
 
 def test_a_ddl_discards_the_windows_of_its_table_and_late_rows_are_ignored() -> None:
@@ -303,8 +303,8 @@ def test_a_ready_window_waits_for_the_earlier_ones_and_keeps_removing_changed_ke
     windows.feed(TxCommit(g11))
     out = windows.rows_read(first, [(1,)], [{"v": 0}], empty)
     assert out == (
-        WindowEmitted(first, T, ({"v": 0},)),
-        WindowEmitted(second, T, ({"id": 6, "v": 0},)),
+        ChunkOut(first, T, ({"v": 0},)),
+        ChunkOut(second, T, ({"id": 6, "v": 0},)),
     )
 
 
@@ -312,7 +312,7 @@ def test_abandoning_the_first_window_lets_the_ready_ones_behind_it_go_out() -> N
     windows = ChunkWindows(gtid_set(10))
     first, second = windows.open(T, gtid_set(10)), windows.open(T, gtid_set(10))
     assert windows.rows_read(second, [(6,)], [{"v": 0}], gtid_set(10) - gtid_set(10)) == ()
-    assert windows.abandon(first) == (WindowEmitted(second, T, ({"v": 0},)),)
+    assert windows.abandon(first) == (ChunkOut(second, T, ({"v": 0},)),)
 
 
 def test_a_mariadb_window_waits_for_its_high_watermark_after_commits_past_lw() -> None:
@@ -332,4 +332,110 @@ def test_a_mariadb_window_waits_for_its_high_watermark_after_commits_past_lw() -
     change = RowChange(g150, table, "u", (7,), {"id": 7, "v": 1}, row, key_columns=("id",))
     assert windows.feed(TxBegin(g150)) == (TxBegin(g150),)
     assert windows.feed(change) == (change,)
-    assert windows.feed(TxCommit(g150)) == (TxCommit(g150), WindowEmitted(window, table, ()))
+    assert windows.feed(TxCommit(g150)) == (TxCommit(g150), ChunkOut(window, table, ()))
+
+
+# ----------------------------------------------------------------------------- one rule per case
+A, B = U, "8a94f357-aab4-11df-86ab-c80aa9429562"
+ROWS = [{"id": 1}, {"id": 2}, {"id": 3}]
+
+
+def mysql_set(text: str) -> MysqlGtidSet:
+    return MysqlGtidSet.parse(text)
+
+
+def read_window(processed: str, lw: str, hw: str) -> tuple[ChunkWindows, int, tuple[Output, ...]]:
+    """Windows at ``processed``, one opened at ``lw`` whose rows 1-3 came with ``hw`` (minus lw)."""
+    windows = ChunkWindows(mysql_set(processed))
+    window = windows.open(T, mysql_set(lw))
+    out = windows.rows_read(window, [(1,), (2,), (3,)], ROWS, mysql_set(hw) - mysql_set(lw))
+    return windows, window, out
+
+
+def fed(windows: ChunkWindows, events: list[BinlogEvent]) -> list[Output]:
+    return [o for e in events for o in windows.feed(e)]
+
+
+def tx(gtid: MysqlGtid, *changes: RowChange) -> list[BinlogEvent]:
+    return [TxBegin(gtid), *changes, TxCommit(gtid)]
+
+
+def upd(gtid: MysqlGtid, key: int) -> RowChange:
+    return RowChange(gtid, T, "u", (key,), {"id": key}, {"id": key, "v": "new"})
+
+
+def chunk_keys(out: list[Output]) -> tuple[int, list[int]]:
+    """Where the one chunk went out, and its rows' ids."""
+    found = [(i, o) for i, o in enumerate(out) if isinstance(o, ChunkOut)]
+    assert len(found) == 1, out
+    i, chunk = found[0]
+    return i, [r["id"] for r in chunk.rows]  # type: ignore[index]
+
+
+def test_a_key_update_removes_the_old_and_the_new_key() -> None:
+    windows, _, out = read_window(f"{A}:1-5", f"{A}:1-5", f"{A}:1-6")
+    assert out == ()
+    move = RowChange(MysqlGtid(A, "", 6), T, "u", (7,), {"id": 2}, {"id": 7}, old_key=(2,))
+    assert chunk_keys(fed(windows, tx(MysqlGtid(A, "", 6), move)))[1] == [1, 3]
+
+
+def test_several_sources_in_hw_close_on_the_set_not_the_order() -> None:
+    windows, _, _ = read_window(f"{A}:1-5,{B}:1-2", f"{A}:1-5,{B}:1-2", f"{A}:1-6,{B}:1-3")
+    first = tx(MysqlGtid(B, "", 3), upd(MysqlGtid(B, "", 3), 1))
+    second = tx(MysqlGtid(A, "", 6), upd(MysqlGtid(A, "", 6), 2))
+    got = fed(windows, first + second)
+    i, keys = chunk_keys(got)
+    assert i == len(first + second), "waits for both sources of hw"
+    assert keys == [3]
+
+
+def test_a_heartbeat_closes_a_window_whose_hw_member_never_reaches_the_binlog() -> None:
+    # A:6 is in the executed set but is never streamed; A:7 (the highest of hw) is.
+    windows, _, _ = read_window(f"{A}:1-5", f"{A}:1-5", f"{A}:1-7")
+    got = fed(windows, tx(MysqlGtid(A, "", 7), upd(MysqlGtid(A, "", 7), 1)))
+    assert not any(isinstance(o, ChunkOut) for o in got), "A:6 is still missing"
+    beat = Heartbeat(MysqlGtid(A, "", 7))
+    closing = windows.feed(beat)
+    assert isinstance(closing[0], ChunkOut) and closing[1] == beat
+    assert [r["id"] for r in closing[0].rows] == [2, 3]  # type: ignore[index]
+
+
+def test_a_heartbeat_sent_before_hw_reached_the_binlog_does_not_close() -> None:
+    windows, _, _ = read_window(f"{A}:1-5", f"{A}:1-5", f"{A}:1-6")
+    beat = Heartbeat(MysqlGtid(A, "", 5))
+    assert windows.feed(beat) == (beat,)
+    assert chunk_keys(fed(windows, tx(MysqlGtid(A, "", 6), upd(MysqlGtid(A, "", 6), 1))))[1] == [2, 3]
+
+
+def test_an_empty_hw_goes_out_once_the_stream_reached_lw_on_an_idle_source() -> None:
+    windows, _, out = read_window(f"{A}:1-4", f"{A}:1-5", f"{A}:1-5")
+    assert out == ()
+    beat = Heartbeat(MysqlGtid(A, "", 4))
+    assert windows.feed(beat) == (beat,), "lw is not reached yet"
+    assert chunk_keys(fed(windows, tx(MysqlGtid(A, "", 5))))[0] == 2, "right after lw's commit"
+
+
+def test_a_ddl_of_the_table_in_lw_the_stream_had_not_reached_discards_the_window() -> None:
+    """The replica applied the DDL before the SELECT, but the stream had not reached it: the rows may
+    have been read with the old column list, and would go out after the DDL without the new column."""
+    windows, window, _ = read_window(f"{A}:1-5", f"{A}:1-6", f"{A}:1-7")
+    ddl = SchemaChange(MysqlGtid(A, "", 6), frozenset({T}), "ALTER TABLE shop.orders ADD COLUMN c INT")
+    got = fed(windows, [TxBegin(MysqlGtid(A, "", 6)), ddl])
+    assert got[-2] == ddl and isinstance(got[-1], WindowDiscarded) and got[-1].window == window
+    assert "shop.orders" in got[-1].reason
+
+
+def test_mariadb_positions_close_on_the_domain_maximum_despite_seq_gaps() -> None:
+    lw = MariadbGtidSet.parse("0-1-100")
+    windows = ChunkWindows(lw)
+    window = windows.open(T, lw)
+    hw = MariadbGtidSet.parse("0-1-150") - lw  # 101..150, but seqs 101..149 were never logged
+    assert windows.rows_read(window, [(1,), (2,), (3,)], ROWS, hw) == ()
+    g150 = MariadbGtid(0, 1, 150)
+    events: list[BinlogEvent] = [
+        TxBegin(g150),
+        RowChange(g150, T, "d", (1,), {"id": 1}, None),
+        TxCommit(g150),
+    ]
+    i, keys = chunk_keys(fed(windows, events))
+    assert i == 3 and keys == [2, 3]

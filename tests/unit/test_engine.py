@@ -5,6 +5,7 @@ key ever going back to an older version."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -376,6 +377,38 @@ def test_no_crash_every_initial_row_is_read_once(tmp_path: Path) -> None:
     status = json.loads((tmp_path / "checkpoint.json").read_text())
     (table,) = status["context"]["tables"]
     assert table["done"] and table["rows"] == 25 and table["chunks"] == 7
+
+
+def test_without_reader_processes_the_loop_reads_one_chunk_a_turn_and_streams_between(tmp_path: Path) -> None:
+    """``snapshot.readers = 0``: one reader on the loop's thread, one range in flight. The stream is
+    paused for one chunk's read at most (each pause counted), and between two reads the loop
+    processes the stream: a transaction committed during each read is streamed before the next."""
+    world = World(random.Random(5), rows=30, writes=0)
+    engine = Engine(
+        FakeReplica(world),
+        lambda start, schema_of: FakeStream(world, start, lambda: None),
+        JsonlSink(tmp_path / "o.jsonl"),
+        CheckpointStore(tmp_path / "c.json"),
+        EngineSettings(chunk_size=3),
+        captured=[T],
+    )
+    pool = engine.readers
+    assert isinstance(pool, InlineChunkReaders) and pool.in_flight == 1
+    reads: list[tuple[int, GtidSet]] = []
+    finish = pool.finish
+
+    def read_and_write(windows: Any = None) -> None:
+        if pool.queued:
+            reads.append((len(pool.queued), engine.processed))
+            world.write()  # a transaction commits while the chunk is read
+        finish(windows)
+
+    pool.finish = read_and_write  # type: ignore[method-assign]
+    stats = engine.run(snapshot=[T], until_caught_up=True)
+    assert stats.chunks == len(stats.chunk_pause_s) == len(reads) >= 10
+    assert all(queued == 1 for queued, _ in reads), "one chunk read per turn"
+    for (_, before), (_, after) in itertools.pairwise(reads):
+        assert before <= after and before != after, "the stream went on between two reads"
 
 
 def test_chunk_size_changes_while_running(tmp_path: Path) -> None:

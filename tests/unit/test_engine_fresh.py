@@ -23,6 +23,8 @@ from tests.unit.test_engine import FakeReplica, FakeStream, T, U, World
 class RecordingSink(JsonlSink):
     """JSON lines that also keep the records (with their ``fresh`` mark) in memory."""
 
+    takes_encoded_rows = False  # records, not lines the readers encoded: their marks are read here
+
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.records: list[Record] = []

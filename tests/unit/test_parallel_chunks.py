@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gtidsnap.chunk_readers import InlineChunkReaders
-from gtidsnap.chunk_taker import SCHEMA_RETRIES, SnapshotDone
+from gtidsnap.chunk_windows import ChunkOut
 from gtidsnap.errors import (
     ConfigError,
     FatalSourceError,
@@ -28,12 +28,13 @@ from gtidsnap.gtid import GtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 from gtidsnap.parallel_chunks import (
     POOL_RESTARTS,
-    ChunkOut,
+    SCHEMA_RETRIES,
     ChunksFailed,
     ChunksPlanned,
     ChunksRedone,
     Output,
     ParallelChunks,
+    SnapshotDone,
 )
 from gtidsnap.plan import TableProgress
 from gtidsnap.run_stats import ReaderThroughput, throughput_line

@@ -1,5 +1,5 @@
-"""The window against a simulated world: a table, writers on several sources, a binlog and chunk
-SELECTs that may see any state between the low and the high watermark.
+"""Chunk windows, one chunk at a time, against a simulated world: a table, writers on several
+sources, a binlog and chunk SELECTs that may see any state between the low and the high watermark.
 
 Everything the window emits is replayed; the checks are the DBLog guarantees:
 the replayed table equals the simulated one, no key ever goes back to an older version, and every
@@ -17,20 +17,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from gtidsnap.chunk_windows import ChunkOut, ChunkWindows, Output, WindowDiscarded
 from gtidsnap.gtid import Gtid, GtidSet, MariadbGtid, MariadbGtidSet, MysqlGtid, MysqlGtidSet
-from gtidsnap.model import (
-    BinlogEvent,
-    ChunkDiscarded,
-    ChunkEmitted,
-    Heartbeat,
-    RowChange,
-    SchemaChange,
-    TableId,
-    TxBegin,
-    TxCommit,
-    WindowOutput,
-)
-from gtidsnap.window import ChunkWindow
+from gtidsnap.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 
 CAPTURED = TableId("shop", "orders")
 OTHER = TableId("shop", "audit")
@@ -61,6 +50,7 @@ class WindowWorld(RuleBasedStateMachine):
             for n in range(1, 4):
                 self.executed = self.executed.add(self.new_gtid(source, n))
         self.processed = self.executed
+        self.windows = ChunkWindows(self.processed)
         self.history = [dict(self.table)]  # the table after each transaction of the stream
         self.delivered_tx = 0  # the transaction of the last event the stream delivered
         self.events: list[BinlogEvent] = []
@@ -76,7 +66,7 @@ class WindowWorld(RuleBasedStateMachine):
         self.snapshot_done = False
         self.cursor: int | None = None
         self.max_key: int | None = None
-        self.window: ChunkWindow | None = None
+        self.window: int | None = None
         self.window_last_key: int | None = None
         self.windows_closed = 0
         self.world_ddls = 0  # DDLs on CAPTURED committed at the source
@@ -150,7 +140,7 @@ class WindowWorld(RuleBasedStateMachine):
         self._deliver(Heartbeat(self.last_gtid))
 
     def _deliver(self, ev: BinlogEvent) -> None:
-        outs = self.window.feed(ev) if self.window is not None else (ev,)
+        outs = self.windows.feed(ev)
         assert sum(1 for o in outs if o is ev) == 1, f"{ev} must be emitted exactly once, got {outs}"
         if not isinstance(ev, Heartbeat):
             self.delivered_tx = self.version_of[id(ev)]
@@ -161,7 +151,7 @@ class WindowWorld(RuleBasedStateMachine):
             self.delivered_ddls += 1
         self._apply(outs)
 
-    def _apply(self, outs: tuple[WindowOutput, ...]) -> None:
+    def _apply(self, outs: tuple[Output, ...]) -> None:
         for out in outs:
             if isinstance(out, RowChange) and out.table == CAPTURED:
                 self.emit_count[id(out)] += 1
@@ -177,20 +167,24 @@ class WindowWorld(RuleBasedStateMachine):
                     self.replay[out.key[0]] = dict(out.after)
             elif isinstance(out, SchemaChange) and CAPTURED in out.tables:
                 self.emitted_ddls += 1
-            elif isinstance(out, ChunkEmitted):
+            elif isinstance(out, ChunkOut):
+                assert out.window == self.window
                 assert self.chunk_schema == self.emitted_ddls, (
                     f"a chunk selected with schema version {self.chunk_schema} came out after "
                     f"{self.emitted_ddls} DDLs of its table: its rows lack columns"
                 )
-                for key, row in out.rows:
-                    self._check_order(key[0], row["v"])
-                    self.replay[key[0]] = dict(row)
+                for row in out.rows:
+                    assert isinstance(row, dict)
+                    key = row.pop("key")
+                    self._check_order(key, row["v"])
+                    self.replay[key] = row
                 self.cursor = self.window_last_key
                 if self.cursor is not None and self.max_key is not None and self.cursor >= self.max_key:
                     self.snapshot_done = True
                 self.window = None
                 self.windows_closed += 1
-            elif isinstance(out, ChunkDiscarded):
+            elif isinstance(out, WindowDiscarded):
+                assert out.window == self.window
                 self.window = None  # select the same chunk again
 
     def _check_order(self, key: int, version: int) -> None:
@@ -232,15 +226,15 @@ class WindowWorld(RuleBasedStateMachine):
         state = self.history[seen]
         keys = sorted(k for k in state if (self.cursor is None or k > self.cursor) and k <= self.max_key)
         selected = keys[: self.chunk_size]
-        rows = [((k,), dict(state[k])) for k in selected]
+        rows = [dict(state[k], key=k) for k in selected]
         last = selected[-1] if len(selected) == self.chunk_size else self.max_key
         for _ in range(after_select if data else 0):
             assert data is not None
             self._commit(data)
         hw = self.executed - lw
-        self.window = ChunkWindow(CAPTURED, rows, lw, hw, self.processed)
+        self.window = window = self.windows.open(CAPTURED, lw)
         self.window_last_key = last
-        self._apply(self.window.start())
+        self._apply(self.windows.rows_read(window, [(k,) for k in selected], rows, hw))
 
     # ------------------------------------------------------------------ checks
     @invariant()
