@@ -1,5 +1,5 @@
 """``python -m gtidsnap``: the same as the ``gtidsnap`` command."""
 
-from gtidsnap.cli import main
+from gtidsnap.cli.app import main
 
 main()

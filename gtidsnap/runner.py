@@ -9,23 +9,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gtidsnap.binlog import BinlogStream
-from gtidsnap.checkpoint import Checkpoint, CheckpointStore
-from gtidsnap.chunk_readers import ChunkReaderPool, ProcessChunkReaders
-from gtidsnap.config import Config, SignalSettings
-from gtidsnap.engine import Engine
-from gtidsnap.errors import ConfigError
-from gtidsnap.gtid import GtidSet
-from gtidsnap.loop_step import EngineSettings
-from gtidsnap.model import TableId
-from gtidsnap.plan import SnapshotContext
-from gtidsnap.replica import Replica
-from gtidsnap.run_stats import RunStats
-from gtidsnap.schema import TableSchema
-from gtidsnap.schema_cache import SchemaCache
-from gtidsnap.signals import SignalConsumer
+from gtidsnap.config.loading import Config, SignalSettings
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.errors import ConfigError
+from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.model import TableId
+from gtidsnap.core.plan import SnapshotContext
+from gtidsnap.core.ports import ChunkReaderPool
+from gtidsnap.core.run_stats import RunStats
+from gtidsnap.core.schema import TableSchema
+from gtidsnap.core.schema_cache import SchemaCache
+from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.engine.loop import Engine
+from gtidsnap.engine.loop_step import EngineSettings
+from gtidsnap.signals.consumer import SignalConsumer
 from gtidsnap.sinks import Sink
 from gtidsnap.sinks.jsonl import JsonlSink
+from gtidsnap.snapshot.readers import ProcessChunkReaders
+from gtidsnap.source.binlog.stream import BinlogStream
+from gtidsnap.source.replica import Replica
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,7 +84,7 @@ def build_engine(
             chunk_size=config.snapshot.chunk_size,
             chunk_delay_s=config.snapshot.chunk_delay_s,
             checkpoint_interval_s=interval,
-            commit_rows=config.sink.batch_rows,
+            batch_rows=config.sink.batch_rows,
         ),
         captured=config.tables,
         surrogate_keys=surrogate_keys,
@@ -98,13 +100,13 @@ def chunk_readers(
     config: Config, spark_factory: Callable[[], SparkSession] | None = None
 ) -> ChunkReaderPool | None:
     """The configured chunk readers: None (on the engine's thread), reader processes, or Spark's
-    executors (:mod:`gtidsnap.spark_readers`, in the session ``spark_factory`` gives, default
+    executors (:mod:`gtidsnap.snapshot.spark_readers`, in the session ``spark_factory`` gives, default
     ``sink.spark_master``'s; a Delta sink shares it)."""
     snapshot = config.snapshot
     if not snapshot.readers:
         return None
     if snapshot.reader_pool == "spark":
-        from gtidsnap.spark_readers import SparkChunkReaders  # pyspark only when asked for
+        from gtidsnap.snapshot.spark_readers import SparkChunkReaders  # pyspark only when asked for
 
         return SparkChunkReaders(config.source, snapshot.readers, spark_factory or _spark_of(config))
     return ProcessChunkReaders(config.source, snapshot.readers)

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gtidsnap.errors import SinkError
+from gtidsnap.config.settings import DEFAULTS
+from gtidsnap.core.errors import SinkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -142,7 +143,7 @@ def _output_to(log_file: Path) -> Iterator[None]:
 
 def build_spark_session(
     app_name: str = "gtidsnap",
-    master: str = "local[2]",
+    master: str = DEFAULTS["sink"]["spark_master"],
     jars_dir: Path | None = None,
     extra_conf: Mapping[str, str] | None = None,
     log_file: Path | None = None,

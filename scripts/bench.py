@@ -57,7 +57,7 @@ from bench_lib import env, latency, parallel, pauses, report, snapshot, streamin
 from bench_lib.context import WRITER_RATE, Context, stop_spark
 from bench_lib.tables import ensure_table
 
-from gtidsnap.config import DEFAULTS
+from gtidsnap.config.loading import DEFAULTS
 
 log = logging.getLogger("bench")
 

@@ -28,6 +28,7 @@ try:
 except ImportError:  # run from a checkout without installing: the repo root is the parent of spark/
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gtidsnap.config.settings import DEFAULTS
 from gtidsnap.sinks.delta import absolute_root, job_spark_session, list_tables
 
 MIN_RETENTION_HOURS = 168.0
@@ -40,7 +41,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="OPTIMIZE and VACUUM the Delta mirror and changelog tables gtidsnap wrote under --path.",
     )
     parser.add_argument("--path", required=True, help="root of the Delta tables (sink.path)")
-    parser.add_argument("--master", default="local[2]", help="Spark master URL (default: %(default)s)")
+    parser.add_argument(
+        "--master", default=DEFAULTS["sink"]["spark_master"], help="Spark master URL (default: %(default)s)"
+    )
     parser.add_argument(
         "--table",
         action="append",

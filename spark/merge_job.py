@@ -38,14 +38,15 @@ try:
 except ImportError:  # run from a checkout without installing: the repo root is the parent of spark/
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gtidsnap.checkpoint import CheckpointStore
-from gtidsnap.config import Config, SinkSettings, load_config
-from gtidsnap.errors import GtidsnapError
-from gtidsnap.model import TableId
-from gtidsnap.records import Record
-from gtidsnap.replica import Replica
-from gtidsnap.schema_cache import SchemaCache
+from gtidsnap.config.loading import Config, SinkSettings, load_config
+from gtidsnap.config.settings import DEFAULTS
+from gtidsnap.core.errors import GtidsnapError
+from gtidsnap.core.model import TableId
+from gtidsnap.core.records import Record
+from gtidsnap.core.schema_cache import SchemaCache
+from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.sinks.delta import DeltaSink, job_spark_session
+from gtidsnap.source.replica import Replica
 
 log = logging.getLogger("gtidsnap.merge_job")
 
@@ -68,9 +69,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--state", type=Path, help="this job's checkpoint (default: <input>.merge-state.json)"
     )
-    parser.add_argument("--master", default="local[2]", help="Spark master URL (default: %(default)s)")
     parser.add_argument(
-        "--batch-rows", type=int, default=50_000, help="records per Delta commit (default: %(default)s)"
+        "--master", default=DEFAULTS["sink"]["spark_master"], help="Spark master URL (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-rows",
+        type=int,
+        default=DEFAULTS["sink"]["batch_rows"],
+        help="records per Delta commit (default: %(default)s)",
     )
     parser.add_argument(
         "--app-id", default="", help="txnAppId of the Delta writes (default: derived from --path)"

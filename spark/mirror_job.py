@@ -26,9 +26,10 @@ try:
 except ImportError:  # run from a checkout without installing: the repo root is the parent of spark/
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gtidsnap.checkpoint import CheckpointStore
-from gtidsnap.config import load_config
-from gtidsnap.errors import GtidsnapError
+from gtidsnap.config.loading import load_config
+from gtidsnap.config.settings import DEFAULTS
+from gtidsnap.core.errors import GtidsnapError
+from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.sinks.delta import POSITION_KEY, absolute_root, job_spark_session
 from gtidsnap.sinks.delta.mirror_job import merge_mirrors
 
@@ -50,7 +51,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="gtidsnap's checkpoint file: how far the changelogs are final (default: checkpoint.path)",
     )
-    parser.add_argument("--master", default="local[2]", help="Spark master URL (default: %(default)s)")
+    parser.add_argument(
+        "--master", default=DEFAULTS["sink"]["spark_master"], help="Spark master URL (default: %(default)s)"
+    )
     parser.add_argument(
         "--every",
         type=float,

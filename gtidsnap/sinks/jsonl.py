@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from gtidsnap.errors import SinkError
-from gtidsnap.records import Emitted, encoded_line
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.records import Emitted, encoded_line
 
 
 class JsonlSink:

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench_lib.env import READER, Pair
-from gtidsnap.checkpoint import Checkpoint, CheckpointStore
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.engine.checkpoint_store import CheckpointStore
 
 MARKERS = {
     "started": re.compile(r"first run: streaming from|resuming after"),

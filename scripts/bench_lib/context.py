@@ -63,7 +63,7 @@ def spark() -> SparkSession:
     (nothing downloaded). Stop it with :func:`stop_spark` before a gtidsnap run needs the memory."""
     global _spark
     if _spark is None:
-        from gtidsnap.config import DEFAULTS
+        from gtidsnap.config.loading import DEFAULTS
         from gtidsnap.spark_session import build_spark_session
 
         _spark = build_spark_session(app_name="gtidsnap-bench", master=str(DEFAULTS["sink"]["spark_master"]))

@@ -13,8 +13,8 @@ from typing import Any
 
 import pymysql
 
-from gtidsnap.connection import ConnectionSettings, Secret
-from gtidsnap.gtid import GtidSet, parse_gtid_set
+from gtidsnap.core.gtid import GtidSet, parse_gtid_set
+from gtidsnap.source.connection import ConnectionSettings, Secret
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_DIR = Path(os.environ.get("GTIDSNAP_STATE_DIR", str(REPO / ".state")))

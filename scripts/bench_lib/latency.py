@@ -58,8 +58,8 @@ from bench_lib.context import Context, spark, stop_spark
 from bench_lib.env import DATABASE
 from bench_lib.stats import percentile, quantiles
 from bench_lib.tables import recreate_empty
-from gtidsnap.checkpoint import CheckpointStore
-from gtidsnap.model import TableId
+from gtidsnap.core.model import TableId
+from gtidsnap.engine.checkpoint_store import CheckpointStore
 
 log = logging.getLogger("bench.latency")
 

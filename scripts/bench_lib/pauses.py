@@ -1,7 +1,7 @@
 """c. Binlog pause per chunk minus the chunk SELECT's own time, and d. window close on an idle source.
 
 Both run the engine in this process (``build_engine``, JSON-lines sink, defaults but the chunk size)
-on a :class:`TimedReplica`: gtidsnap's own :class:`~gtidsnap.replica.Replica` with timers around
+on a :class:`TimedReplica`: gtidsnap's own :class:`~gtidsnap.source.replica.Replica` with timers around
 ``select_chunk`` and around the SQL round trip inside it (``_query``: execute + fetch, the part a bare
 keyset scan also pays). The engine records the pause itself (``RunStats.chunk_pause_s``: low
 watermark, SELECT, high watermark), one per chunk in the same order, so per chunk:
@@ -39,12 +39,13 @@ from bench_lib.context import WRITER_BATCH, WRITER_RATE, Context
 from bench_lib.env import DATABASE
 from bench_lib.stats import quantiles, summary_ms
 from bench_lib.tables import ensure_table
-from gtidsnap.config import Config, SinkSettings, SnapshotSettings
-from gtidsnap.model import TableId
-from gtidsnap.plan import SnapshotContext
-from gtidsnap.replica import ChunkResult, Replica
-from gtidsnap.run_stats import RunStats
+from gtidsnap.config.loading import Config, SinkSettings, SnapshotSettings
+from gtidsnap.core.model import TableId
+from gtidsnap.core.plan import SnapshotContext
+from gtidsnap.core.run_stats import RunStats
 from gtidsnap.runner import build_engine
+from gtidsnap.source.replica import Replica
+from gtidsnap.source.result_rows import ChunkResult
 
 log = logging.getLogger("bench.pauses")
 

@@ -39,7 +39,7 @@ from bench_lib import cli_run, writer
 from bench_lib.context import WRITER_BATCH, WRITER_RATE, Context, spark, stop_spark
 from bench_lib.env import DATABASE
 from bench_lib.stats import mean, ratio
-from gtidsnap.config import DEFAULTS
+from gtidsnap.config.loading import DEFAULTS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -110,11 +110,11 @@ def _arrow_batches(ctx: Context, table: str, batch_rows: int) -> tuple[list[pa.T
     """The rows of ``bench.<table>`` as gtidsnap's Delta sink hands a fresh mirror's snapshot rows to
     Spark: read by gtidsnap's replica adapter in keyset chunks (normalised), as snapshot records
     (``r``, no GTID), converted by the sink's own code, ``batch_rows`` rows per Arrow table."""
-    from gtidsnap.model import TableId
-    from gtidsnap.records import Record
-    from gtidsnap.replica import Replica
-    from gtidsnap.sinks import delta_types
+    from gtidsnap.core.model import TableId
+    from gtidsnap.core.records import Record
     from gtidsnap.sinks.delta import arrow_rows, changes_of, plan_columns
+    from gtidsnap.sinks.delta import types as delta_types
+    from gtidsnap.source.replica import Replica
 
     tid = TableId(DATABASE, table)
     batches: list[pa.Table] = []

@@ -31,8 +31,8 @@ from bench_lib.context import Context
 from bench_lib.env import DATABASE
 from bench_lib.stats import mean, ratio
 from bench_lib.tables import ensure_table
-from gtidsnap.checkpoint import CheckpointStore
-from gtidsnap.gtid import GtidSet, MariadbGtidSet
+from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
+from gtidsnap.engine.checkpoint_store import CheckpointStore
 
 log = logging.getLogger("bench.streaming")
 

@@ -22,14 +22,14 @@ from typing import Any
 
 import pymysql
 
-from gtidsnap.config import Config, SinkSettings, SnapshotSettings
-from gtidsnap.connection import ConnectionSettings, Secret
-from gtidsnap.engine import Engine
-from gtidsnap.model import TableId
-from gtidsnap.replica import Replica
-from gtidsnap.run_stats import RunStats
+from gtidsnap.config.loading import Config, SinkSettings, SnapshotSettings
+from gtidsnap.config.settings import default_readers
+from gtidsnap.core.model import TableId
+from gtidsnap.core.run_stats import RunStats
+from gtidsnap.engine.loop import Engine
 from gtidsnap.runner import build_engine
-from gtidsnap.settings import default_readers
+from gtidsnap.source.connection import ConnectionSettings, Secret
+from gtidsnap.source.replica import Replica
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ lost: the output and checkpoint of an earlier run are byte for byte what they we
 writes a row after all of the bad input and checks that the same command then streams it. Bad signals
 sent to a running gtidsnap are in test_bad_signals.py.
 
-The CLI runs in this process (``gtidsnap.cli.main``, the console script's own entry point) so that the
+The CLI runs in this process (``gtidsnap.cli.app.main``, the console script's own entry point) so that the
 ~60 cases cost milliseconds each; a few run as real subprocesses to cover ``python -m gtidsnap``.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from gtidsnap.cli import main
-from gtidsnap.gtid import parse_gtid_set
+from gtidsnap.cli.app import main
+from gtidsnap.core.gtid import parse_gtid_set
 from tests.integration.cdc import (
     REPO,
     check_invariants,
@@ -716,9 +716,9 @@ def check_refused_line(result: Result, expected: list[str]) -> None:
 def test_statement_over_the_time_limit_is_stopped_by_the_server(pair: ReplicaPair, fresh_db: str) -> None:
     """Every statement gtidsnap runs is bounded on the server (source.statement_timeout_s): a SELECT
     that would take ~3 s is stopped and becomes a QueryError naming the limit, on both flavours."""
-    from gtidsnap.connection import ConnectionSettings, Secret
-    from gtidsnap.errors import QueryError
-    from gtidsnap.replica import Replica
+    from gtidsnap.core.errors import QueryError
+    from gtidsnap.source.connection import ConnectionSettings, Secret
+    from gtidsnap.source.replica import Replica
     from tests.integration.fixtures.db_servers import READER
 
     execute(pair, fresh_db, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2), (3)")

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from gtidsnap.cli import main
-from gtidsnap.model import TableId
-from gtidsnap.signal_protocol import MAX_MESSAGE_BYTES
+from gtidsnap.cli.app import main
+from gtidsnap.core.model import TableId
+from gtidsnap.signals.protocol import MAX_MESSAGE_BYTES
 from tests.integration.cdc import check_invariants, execute, source_rows
 from tests.integration.fixtures.db_servers import ReplicaPair, fresh_database
 from tests.integration.fixtures.kafka_server import KafkaBroker

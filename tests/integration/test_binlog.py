@@ -22,13 +22,13 @@ from typing import Any, Literal
 import pymysql
 import pytest
 
-from gtidsnap.binlog import BinlogStream
-from gtidsnap.connection import ConnectionSettings, Secret, TlsMode
-from gtidsnap.errors import ConfigError, FatalSourceError, SourceError
-from gtidsnap.gtid import Gtid, GtidSet, MariadbGtid, MysqlGtid
-from gtidsnap.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
-from gtidsnap.replica import Replica
-from gtidsnap.schema import TableSchema
+from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
+from gtidsnap.core.gtid import Gtid, GtidSet, MariadbGtid, MysqlGtid
+from gtidsnap.core.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
+from gtidsnap.core.schema import TableSchema
+from gtidsnap.source.binlog.stream import BinlogStream
+from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
+from gtidsnap.source.replica import Replica
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
 
 pytestmark = pytest.mark.integration

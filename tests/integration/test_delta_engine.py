@@ -1,6 +1,6 @@
 """kill -9 of the real ``gtidsnap run`` writing Delta Lake, on a real MariaDB replica while a writer
 runs on the primary: at random moments, and at each instant of a Delta commit (``GTIDSNAP_TEST_CRASH_AT``,
-gtidsnap/crashpoints.py).
+gtidsnap/core/crashpoints.py).
 
 After the restarts each mirror must equal its source table, each changelog must hold every record once
 (no ``_seq`` twice; replayed in ``_seq`` order they pass check_invariants: nothing lost, no rewind), no
@@ -31,7 +31,7 @@ from urllib.parse import unquote
 import pyarrow.parquet as pq
 import pytest
 
-from gtidsnap.model import TableId
+from gtidsnap.core.model import TableId
 from gtidsnap.sinks.delta import changelog_path, mirror_path
 from gtidsnap.spark_session import default_delta_jars_dir
 from tests.integration.cdc import (

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gtidsnap.model import TableId
+from gtidsnap.core.model import TableId
 from gtidsnap.sinks.delta import changelog_path
 from tests.integration.cdc import Writer, create_table
 from tests.integration.fixtures.db_servers import ReplicaPair

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 import pytest
 
-from gtidsnap.config import SinkSettings
-from gtidsnap.errors import SinkError
-from gtidsnap.model import TableId
-from gtidsnap.records import Record
-from gtidsnap.replica import Replica
+from gtidsnap.config.loading import SinkSettings
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.model import TableId
+from gtidsnap.core.records import Record
+from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.runner import build_engine
-from gtidsnap.schema import Column, TableSchema
 from gtidsnap.sinks.delta import DeltaSink, changelog_path, current_state, list_tables, mirror_path
+from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (
     Writer,
     changelog_record,

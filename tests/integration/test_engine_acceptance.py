@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gtidsnap.errors import SchemaError
-from gtidsnap.model import TableId
+from gtidsnap.core.errors import SchemaError
+from gtidsnap.core.model import TableId
 from tests.integration.cdc import (
     REPO,
     Writer,

@@ -13,10 +13,10 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from gtidsnap.connection import Secret
-from gtidsnap.model import TableId
-from gtidsnap.replica import Replica
+from gtidsnap.core.model import TableId
 from gtidsnap.runner import build_engine
+from gtidsnap.source.connection import Secret
+from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (
     Writer,
     check_invariants,

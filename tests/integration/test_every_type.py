@@ -35,13 +35,14 @@ from typing import Any
 import pymysql
 import pytest
 
-from gtidsnap import row_images
-from gtidsnap.chunking import chunk_query
-from gtidsnap.commands import Shutdown
-from gtidsnap.errors import SchemaError
-from gtidsnap.model import TableId
-from gtidsnap.replica import ChunkResult, Replica
+from gtidsnap.core.commands import Shutdown
+from gtidsnap.core.errors import SchemaError
+from gtidsnap.core.model import TableId
 from gtidsnap.runner import build_engine
+from gtidsnap.source.binlog import row_images
+from gtidsnap.source.chunk_sql import chunk_query
+from gtidsnap.source.replica import Replica
+from gtidsnap.source.result_rows import ChunkResult
 from tests.integration.cdc import make_config, read_records, reader_settings
 from tests.integration.fixtures.db_servers import ReplicaPair
 
@@ -951,7 +952,7 @@ def test_every_type_as_value_and_key(pair: ReplicaPair, fresh_db: str, tmp_path:
     decoded, declined = row_images.decoded_here(), row_images.left_to_library()
     run_engine(pair, by_one, [], tables=keys)
     run_engine(pair, by_two, [], tables=[*keys, *values])
-    # Every type's rows were read by gtidsnap.row_images, none by the library's own decode.
+    # Every type's rows were read by gtidsnap.source.binlog.row_images, none by the library's own decode.
     assert row_images.decoded_here() - decoded >= len(usable), "the updates were not decoded here"
     assert row_images.left_to_library() == declined, "rows events were left to the library's decode"
 
@@ -966,7 +967,7 @@ def test_every_type_as_value_and_key(pair: ReplicaPair, fresh_db: str, tmp_path:
 
 
 def check_packet_reader(pair: ReplicaPair, db: str, tables: Sequence[Table]) -> None:
-    """Every type's chunk is read from the result's packets (:mod:`gtidsnap.result_rows`) to what
+    """Every type's chunk is read from the result's packets (:mod:`gtidsnap.source.result_rows`) to what
     PyMySQL's rows of the same SELECT give once normalised, with the raw last key PyMySQL reads."""
     settings = reader_settings(pair)
     with (

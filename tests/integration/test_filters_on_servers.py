@@ -1,6 +1,6 @@
 """The SQL check_filter regenerates means on the real servers what the filter it was given means.
 
-Every ACCEPTED filter of tests/unit/test_filters.py is run twice against one table of typed columns
+Every ACCEPTED filter of tests/unit/filters/test_check.py is run twice against one table of typed columns
 and awkward values, as given and as regenerated, from the replica as gtidsnap reads it, on MariaDB
 10.11 and on MySQL 8.0; both must select the same rows. A filter that is not valid SQL as given on one
 server (JSON ``->`` on MariaDB, for one) is listed in NOT_VALID_AS_GIVEN with a hand-written equivalent
@@ -21,10 +21,10 @@ import pymysql
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from gtidsnap.filters import check_filter
-from gtidsnap.model import TableId
+from gtidsnap.core.model import TableId
+from gtidsnap.filters.check import check_filter
 from tests.integration.fixtures.db_servers import ReplicaPair
-from tests.unit.test_filters import ACCEPTED, COLUMNS, conditions
+from tests.unit.filters.test_check import ACCEPTED, COLUMNS, conditions
 
 pytestmark = pytest.mark.integration
 

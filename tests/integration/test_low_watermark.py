@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from gtidsnap.binlog import BinlogStream
-from gtidsnap.gtid import GtidSet
-from gtidsnap.low_watermark import LowWatermark
-from gtidsnap.model import RowChange, TableId, TxCommit
-from gtidsnap.replica import Replica
+from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.model import RowChange, TableId, TxCommit
+from gtidsnap.source.binlog.stream import BinlogStream
+from gtidsnap.source.low_watermark import LowWatermark
+from gtidsnap.source.replica import Replica
 from tests.integration.fixtures.db_servers import ReplicaPair
 from tests.integration.test_binlog import Captured, flavor, reader_settings, replica_executed
 

@@ -17,12 +17,14 @@ from typing import Any
 import pymysql
 import pytest
 
-from gtidsnap.connection import ConnectionSettings, Secret, TlsMode
-from gtidsnap.errors import ConfigError, FilterError, PrerequisiteError, SchemaError, SourceError
-from gtidsnap.gtid import MariadbGtidSet, MysqlGtidSet
-from gtidsnap.model import Key, TableId
-from gtidsnap.replica import ChunkResult, Replica, parse_version, strip_password
-from gtidsnap.schema import Column, TableSchema
+from gtidsnap.core.errors import ConfigError, FilterError, PrerequisiteError, SchemaError, SourceError
+from gtidsnap.core.gtid import MariadbGtidSet, MysqlGtidSet
+from gtidsnap.core.model import Key, TableId
+from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
+from gtidsnap.source.preflight import parse_version, strip_password
+from gtidsnap.source.replica import Replica
+from gtidsnap.source.result_rows import ChunkResult
 from tests.integration.fixtures.db_servers import READER, STATE_DIR, ReplicaPair
 
 pytestmark = pytest.mark.integration

@@ -21,18 +21,19 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import Producer
 
-from gtidsnap import signals as signals_module
-from gtidsnap.checkpoint import Checkpoint, CheckpointStore
-from gtidsnap.commands import Shutdown
-from gtidsnap.config import SignalSettings, SnapshotSettings
-from gtidsnap.engine import Engine
-from gtidsnap.model import TableId
-from gtidsnap.plan import TableProgress
-from gtidsnap.replica import Replica
+from gtidsnap.config.loading import SignalSettings, SnapshotSettings
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.commands import Shutdown
+from gtidsnap.core.model import TableId
+from gtidsnap.core.plan import TableProgress
+from gtidsnap.core.signal_ledger import SignalOutcome
+from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.engine.loop import Engine
 from gtidsnap.runner import SignalHook, build_engine
-from gtidsnap.signal_kafka import send_signal
-from gtidsnap.signal_ledger import SignalOutcome
-from gtidsnap.signal_protocol import build_message
+from gtidsnap.signals import consumer as signals_module
+from gtidsnap.signals.kafka import send_signal
+from gtidsnap.signals.protocol import build_message
+from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (
     REPO,
     check_invariants,
@@ -573,7 +574,7 @@ def test_no_broker_at_start_does_not_hold_up_streaming(
         signals=SignalSettings(bootstrap="127.0.0.1:1", topic="nowhere", connector=CONNECTOR),
     )
     hook = SignalHook(config.signals)
-    caplog.set_level(logging.WARNING, logger="gtidsnap.signals")
+    caplog.set_level(logging.WARNING, logger="gtidsnap.signals.consumer")
     with Replica(config.source) as replica:
         run = Running(build_engine(config, replica, on_started=hook), hook)
         run.thread.start()

@@ -14,7 +14,7 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent
 
-from gtidsnap.gtid import GtidSet, MariadbGtid, MysqlGtid
+from gtidsnap.core.gtid import GtidSet, MariadbGtid, MysqlGtid
 from tests.integration.fixtures.db_servers import ReplicaPair
 
 pytestmark = pytest.mark.integration

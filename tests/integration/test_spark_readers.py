@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gtidsnap.chunk_readers import ChunkJob
-from gtidsnap.config import Config, SnapshotSettings
-from gtidsnap.model import TableId
-from gtidsnap.replica import Replica
+from gtidsnap.config.loading import Config, SnapshotSettings
+from gtidsnap.core.model import TableId
+from gtidsnap.core.ports import ChunkJob
 from gtidsnap.runner import build_engine
-from gtidsnap.spark_readers import SparkChunkReaders
+from gtidsnap.snapshot.spark_readers import SparkChunkReaders
+from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (
     Writer,
     check_invariants,

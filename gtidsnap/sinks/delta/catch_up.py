@@ -15,10 +15,9 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gtidsnap.errors import SinkError
-from gtidsnap.model import TableId
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, changelog_path, mirror_path, recorded_key
-from gtidsnap.sinks.delta.util import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -87,7 +86,7 @@ def changelog_after(
     frame = reader.load(changelog)
     if after is not None:
         frame = frame.where(F.col("_seq") > F.lit(after))
-    newest = Window.partitionBy(*[F.col(quote(k)) for k in key]).orderBy(F.col("_seq").desc())
+    newest = Window.partitionBy(*[F.col(quote_ident(k)) for k in key]).orderBy(F.col("_seq").desc())
     return (
         frame.withColumn("_gtidsnap_n", F.row_number().over(newest))
         .where("_gtidsnap_n = 1")

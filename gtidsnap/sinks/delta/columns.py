@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
-from gtidsnap.errors import SinkError
-from gtidsnap.model import TableId
-from gtidsnap.schema import Column, TableSchema
-from gtidsnap.sinks import delta_types
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.model import TableId
+from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.widening import evolve_type
 
 

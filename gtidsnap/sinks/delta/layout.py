@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gtidsnap.model import TableId
+from gtidsnap.core.model import TableId
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import functions as F
 
-from gtidsnap.crashpoints import crash_point
-from gtidsnap.errors import SinkError
-from gtidsnap.model import TableId
+from gtidsnap.core.crashpoints import crash_point
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.model import TableId
 from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, MIRROR_JOB, changelog_after, merged_watermark
 from gtidsnap.sinks.delta.layout import (
     KEY_PROPERTY,

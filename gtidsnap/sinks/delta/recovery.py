@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from gtidsnap.errors import SinkError
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.model import quote_ident
 from gtidsnap.sinks.delta.catch_up import merged_watermark
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, DeltaTableRef, recorded_key
-from gtidsnap.sinks.delta.util import USER_METADATA, quote, same_key, short_error
+from gtidsnap.sinks.delta.util import USER_METADATA, same_key, short_error
 
 if TYPE_CHECKING:
     from delta.tables import DeltaTable
@@ -165,18 +166,20 @@ def _undo_mirror(spark: SparkSession, path: str, target: int, current: int) -> N
         .where("_change_type <> 'update_postimage'")
     )
     columns = [f.name for f in DeltaTable.forPath(spark, path).toDF().schema.fields]
-    first_change = Window.partitionBy(*[F.col(quote(k)) for k in key]).orderBy(
+    first_change = Window.partitionBy(*[F.col(quote_ident(k)) for k in key]).orderBy(
         F.col("_commit_version"), F.when(F.col("_change_type") == "insert", 1).otherwise(0)
     )
     before = (
         changes.withColumn("_gtidsnap_n", F.row_number().over(first_change))
         .where("_gtidsnap_n = 1")
         .select(
-            *[F.col(quote(c)) for c in columns],
+            *[F.col(quote_ident(c)) for c in columns],
             (F.col("_change_type") != "insert").alias("_gtidsnap_existed"),
         )
     )
-    assignments: dict[str, str | SparkColumn] = {quote(c): F.col(f"s.{quote(c)}") for c in columns}
+    assignments: dict[str, str | SparkColumn] = {
+        quote_ident(c): F.col(f"s.{quote_ident(c)}") for c in columns
+    }
     (
         DeltaTable.forPath(spark, path)
         .alias("t")

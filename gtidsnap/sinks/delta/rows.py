@@ -10,11 +10,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from gtidsnap.errors import SinkError
-from gtidsnap.model import Row, TableId
-from gtidsnap.records import Record
-from gtidsnap.schema import TableSchema
-from gtidsnap.sinks import delta_types
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.model import Row, TableId
+from gtidsnap.core.records import Record
+from gtidsnap.core.schema import TableSchema
+from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.columns import ColumnPlan
 
 
@@ -29,7 +29,7 @@ def _hashable(value: Any) -> Any:
 @dataclass(frozen=True)
 class Change:
     """One row to write: the record's metadata with one row image (a key change is two of these), and
-    the image's key (hashable), which routes it (:mod:`gtidsnap.sinks.mirror_route`)."""
+    the image's key (hashable), which routes it (:mod:`gtidsnap.sinks.delta.mirror_route`)."""
 
     op: str
     row: Row

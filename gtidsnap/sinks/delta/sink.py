@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from gtidsnap.config import SinkSettings
-from gtidsnap.crashpoints import crash_point
-from gtidsnap.errors import ConfigError, SinkError
-from gtidsnap.model import TableId
-from gtidsnap.records import Emitted, Record
-from gtidsnap.schema import Column, TableSchema
-from gtidsnap.sinks import delta_types
+from gtidsnap.config.loading import SinkSettings
+from gtidsnap.core.crashpoints import crash_point
+from gtidsnap.core.errors import ConfigError, SinkError
+from gtidsnap.core.model import TableId
+from gtidsnap.core.records import Emitted, Record
+from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.catch_up import (
     NOTHING_WAITS,
     changelog_after,
@@ -32,11 +32,11 @@ from gtidsnap.sinks.delta.layout import (
     mirror_path,
     recorded_key,
 )
+from gtidsnap.sinks.delta.mirror_route import Key, MergePolicy, route
 from gtidsnap.sinks.delta.recovery import recover
 from gtidsnap.sinks.delta.rows import Change, changes_of, last_per_key
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape
 from gtidsnap.sinks.delta.util import same_key, short_error
-from gtidsnap.sinks.mirror_route import Key, MergePolicy, route
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,7 +75,7 @@ class DeltaSink:
     ``spark_factory`` gives the SparkSession when the sink opens (default:
     :func:`gtidsnap.spark_session.build_spark_session` on ``settings.spark_master``); ``schema_of`` is
     the current shape of a captured table, or the last one of a table dropped since (the engine's
-    :meth:`gtidsnap.schema_cache.SchemaCache.current_or_last`), read when records arrive.
+    :meth:`gtidsnap.core.schema_cache.SchemaCache.current_or_last`), read when records arrive.
     """
 
     def __init__(
@@ -208,7 +208,7 @@ class DeltaSink:
 
     def seal(self) -> Callable[[], dict[str, int]]:
         """The batch so far, to be committed by the returned job in another thread while new records
-        arrive (:mod:`gtidsnap.committer`). A failed job is not retried: the engine stops, and the next
+        arrive (:mod:`gtidsnap.engine.committer`). A failed job is not retried: the engine stops, and the next
         ``open`` puts back whatever the batch wrote without a checkpoint."""
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
@@ -278,7 +278,7 @@ class DeltaSink:
     # ------------------------------------------------------------------ writing
     def _write_table(self, table: TableId, pending: _Pending, batch: int) -> None:
         """One table's part of a batch: fresh snapshot rows appended to the mirror when provably new
-        there (:mod:`gtidsnap.sinks.mirror_route`), the rest waiting for the mirror's MERGE while the
+        there (:mod:`gtidsnap.sinks.delta.mirror_route`), the rest waiting for the mirror's MERGE while the
         changelog holds it; at most one mirror commit per batch (a due MERGE takes the appends along)."""
         changes = changes_of(pending.schema, pending.records)
         self.spark.sparkContext.setJobDescription(f"gtidsnap batch {batch}: {table}")
@@ -325,7 +325,8 @@ class DeltaSink:
     def _held_keys(
         self, table: TableId, mirror: str, changes: Sequence[Change], waiting: _Waiting
     ) -> set[Key] | None:
-        """The keys the mirror may hold besides fresh snapshot rows (see :mod:`gtidsnap.sinks.mirror_route`),
+        """The keys the mirror may hold besides fresh snapshot rows (see
+        :mod:`gtidsnap.sinks.delta.mirror_route`),
         decided once per run when the table's first fresh rows come: nothing but waiting keys if the
         mirror holds no row written by anything but a snapshot row; otherwise not known (None: merge)."""
         if table in self._held:

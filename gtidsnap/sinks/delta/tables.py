@@ -15,23 +15,16 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from gtidsnap.crashpoints import crash_point
-from gtidsnap.errors import SinkError
-from gtidsnap.model import TableId
-from gtidsnap.schema import Column, TableSchema
-from gtidsnap.sinks import delta_types
+from gtidsnap.core.crashpoints import crash_point
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.model import TableId, quote_ident
+from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.catch_up import MERGED_SEQ
 from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, SOURCE_PROPERTY, clear_uncommitted_log, recorded_key
 from gtidsnap.sinks.delta.rows import Change, arrow_rows
-from gtidsnap.sinks.delta.util import (
-    MATERIALIZE_SOURCE,
-    TXN_APP_ID,
-    TXN_VERSION,
-    USER_METADATA,
-    quote,
-    same_key,
-)
+from gtidsnap.sinks.delta.util import MATERIALIZE_SOURCE, TXN_APP_ID, TXN_VERSION, USER_METADATA, same_key
 from gtidsnap.sinks.delta.writes import evolved_schema, prune_condition, retry_conflicts
 
 if TYPE_CHECKING:
@@ -135,9 +128,8 @@ class DeltaTables:
                 f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
             )
             for name, data_type in plan.widen.items():
-                self.spark.sql(
-                    f"ALTER TABLE delta.`{path}` CHANGE COLUMN {quote(name)} TYPE {data_type.simpleString()}"
-                )
+                column, to = quote_ident(name), data_type.simpleString()
+                self.spark.sql(f"ALTER TABLE delta.`{path}` CHANGE COLUMN {column} TYPE {to}")
                 log.warning("%s: column %s widened to %s", path, name, data_type.simpleString())
             self._delta_schemas.pop(path, None)
         return plan

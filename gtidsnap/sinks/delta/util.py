@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gtidsnap.core.model import quote_ident
+
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -13,13 +15,9 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
-def quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def same_key(key: Sequence[str]) -> str:
     """The MERGE condition that pairs a target row ``t`` with a source row ``s`` of the same key."""
-    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+    return " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in key)
 
 
 def short_error(exc: BaseException) -> str:

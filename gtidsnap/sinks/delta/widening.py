@@ -5,7 +5,7 @@ narrowing such as BIGINT -> INT); it is widened with Delta's type widening when 
 change (INT -> BIGINT, FLOAT -> DOUBLE, DECIMAL(10,2) -> DECIMAL(12,4), DATE -> DATETIME, ...); any
 other change (INT -> VARCHAR, DATETIME -> TIMESTAMP, ...) is refused by the sink, naming the table and
 column. :func:`evolve_type` decides; which Spark type a source type has is
-:mod:`gtidsnap.sinks.delta_types`'s.
+:mod:`gtidsnap.sinks.delta.types`'s.
 
 Pure: no SparkSession, no JVM.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from gtidsnap.sinks.delta_types import INTEGRAL, MAX_PRECISION
+from gtidsnap.sinks.delta.types import INTEGRAL, MAX_PRECISION
 
 # The decimal digits each integral type needs (what a DECIMAL must have left of the point).
 _DIGITS: dict[type[T.DataType], int] = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}

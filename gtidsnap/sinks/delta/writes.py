@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from gtidsnap.schema import TableSchema
-from gtidsnap.sinks import delta_types
+from gtidsnap.core.model import quote_ident
+from gtidsnap.core.schema import TableSchema
+from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.rows import Change
-from gtidsnap.sinks.delta.util import quote, short_error
+from gtidsnap.sinks.delta.util import short_error
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -39,7 +40,7 @@ def prune_condition(
     values = [v for v in values if v is not None]
     if not values:
         return condition
-    return condition & F.col(f"t.{quote(first)}").between(F.lit(min(values)), F.lit(max(values)))
+    return condition & F.col(f"t.{quote_ident(first)}").between(F.lit(min(values)), F.lit(max(values)))
 
 
 def evolved_schema(known: T.StructType | None, written: T.StructType) -> T.StructType:

@@ -1,0 +1,1 @@
+"""The ``gtidsnap`` command line: typer and rich over the library, which never prints."""

@@ -1,0 +1,325 @@
+"""``gtidsnap``: the command line. A thin layer of typer + rich over the library, which never prints.
+
+Exit codes: 0 done, 1 the replica or the input is not usable (the message says why; a second line
+says when the same command again may pass), 2 usage error.
+
+Text from users (table names, paths, signal ids, server messages) is printed as plain text, never as
+rich markup: a table called ``db.[/x]`` prints as itself. An unexpected exception prints one line
+naming it; ``--verbose`` (anywhere on the command line) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.logging import RichHandler
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from gtidsnap.cli.output import err, error_line, out, say
+from gtidsnap.cli.snapshot_commands import snapshot_app
+from gtidsnap.config.loading import Config, load_config, parse_table_name
+from gtidsnap.core.errors import GtidsnapError
+from gtidsnap.core.model import TableId
+from gtidsnap.core.plan import SnapshotContext, TableProgress
+from gtidsnap.core.run_stats import RunStats, throughput_line
+
+app = typer.Typer(
+    name="gtidsnap",
+    help="Read-only GTID watermark snapshots of MySQL/MariaDB replicas, merged with the binlog stream.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,  # main() prints one line instead (the traceback with --verbose)
+)
+app.add_typer(
+    snapshot_app,
+    name="snapshot",
+    help="Start, stop, pause or resume snapshots of a running gtidsnap through its Kafka signal topic.",
+)
+log = logging.getLogger("gtidsnap")
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="TOML config file; GTIDSNAP_* variables and flags override it."),
+]
+HostOpt = Annotated[str | None, typer.Option("--host", help="Replica host (source.host).")]
+PortOpt = Annotated[int | None, typer.Option("--port", help="Replica port (source.port).")]
+UserOpt = Annotated[str | None, typer.Option("--user", help="Replica user (source.user).")]
+CheckpointOpt = Annotated[
+    Path | None, typer.Option("--checkpoint", help="Checkpoint file (checkpoint.path).")
+]
+
+
+def _config(config: Path | None, **flags: Any) -> Config:
+    try:
+        return load_config(config, overrides=flags)
+    except GtidsnapError as exc:
+        raise _fail(exc) from exc
+
+
+RETRY_HINT = "this may pass: the same command again is safe (gtidsnap run resumes from its checkpoint)"
+
+
+def _fail(exc: BaseException | str, code: int = 1) -> typer.Exit:
+    """Print the error and return the exit to raise (raised here too, so callers may ignore it). An
+    error whose type says a retry may help (``retryable``: a server or the output unreachable) says so."""
+    error_line(str(exc))
+    if isinstance(exc, GtidsnapError) and exc.retryable:
+        say(err, RETRY_HINT)
+    raise typer.Exit(code)
+
+
+def _setup_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    handler: logging.Handler
+    if err.is_terminal:
+        handler = RichHandler(console=err, show_path=False)
+        fmt = "%(message)s"
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, handlers=[handler], force=True)
+    for noisy in ("pymysqlreplication", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _tables(names: list[str], option: str) -> list[TableId]:
+    try:
+        return [parse_table_name(n, option) for n in names]
+    except GtidsnapError as exc:
+        raise _fail(exc, 2) from None
+
+
+@app.command()
+def check(
+    config: ConfigOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    table: Annotated[
+        list[str] | None, typer.Option("--table", "-t", help="Also check this db.table.")
+    ] = None,
+) -> None:
+    """Check that the replica is ready for read-only capture; list every problem with its fix."""
+    from gtidsnap.source.replica import Replica
+
+    cfg = _config(config, **{"source.host": host, "source.port": port, "source.user": user})
+    tables = list(dict.fromkeys([*cfg.tables, *_tables(table or [], "--table")]))
+    try:
+        with Replica(cfg.source) as replica:
+            problems = replica.preflight(tables, dict(cfg.surrogate_keys))
+            where = f"{replica.flavor} {'.'.join(map(str, replica.version))} at {cfg.source.describe()}"
+    except GtidsnapError as exc:
+        _fail(exc)
+    if problems:
+        error_line(f"{len(problems)} problem(s) on {where}:")
+        for p in problems:
+            say(err, f"  - {p}")
+        raise typer.Exit(1)
+    say(out, ("ok", "green"), f": {where} is ready for gtidsnap ({len(tables)} table(s) checked)")
+
+
+WAITING_SHOWN_S = 1.0  # a window open longer than this shows as waiting for the stream
+
+
+def stream_wait_note(stats: RunStats, now: float | None = None) -> str:
+    """Why a snapshot is slow when it is: its chunk waits for the stream to reach the high watermark
+    (under heavy writes the snapshot advances at the stream's pace). Empty when it is not waiting."""
+    waiting = stats.window_waiting_s(now)
+    if waiting < WAITING_SHOWN_S:
+        return ""
+    return f"chunk waits {waiting:.0f}s for the stream"
+
+
+class _Display:
+    """Progress per table: rich bars on a terminal, a log line every few seconds otherwise."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+        self.tasks: dict[TableId, TaskID] = {}
+        self._last_line = 0.0
+        if err.is_terminal:
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn(
+                    "{task.fields[rows]:>10,} rows  {task.fields[chunks]:>6,} chunks  {task.fields[state]}"
+                ),
+                TimeElapsedColumn(),
+                console=err,
+            )
+
+    def __call__(self, context: SnapshotContext, stats: RunStats) -> None:
+        note = "; ".join(filter(None, [stream_wait_note(stats), throughput_line(stats.readers)]))
+        if self.progress is not None:
+            current = context.current()
+            for t in context.tables:
+                self._bar(t, note if current is not None and t is current else "")
+        elif time.monotonic() - self._last_line > 2.0 or not context.pending():
+            self._last_line = time.monotonic()
+            for t in context.pending()[:1]:
+                log.info(
+                    "snapshot %s: %d rows in %d chunks%s; windows waited %.0fs for the stream so far",
+                    t.table,
+                    t.rows,
+                    t.chunks,
+                    f" ({note})" if note else "",
+                    stats.window_wait_s + stats.window_waiting_s(),
+                )
+
+    def _bar(self, t: TableProgress, note: str) -> None:
+        assert self.progress is not None
+        state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
+        if note:
+            state = f"{state}: {note}"
+        if t.table not in self.tasks:
+            self.tasks[t.table] = self.progress.add_task(
+                escape(str(t.table)), total=None, rows=0, chunks=0, state=state
+            )
+        task = self.tasks[t.table]
+        self.progress.update(task, rows=t.rows, chunks=t.chunks, state=state)
+        if t.done:
+            self.progress.update(task, total=1, completed=1)
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    snapshot: Annotated[
+        list[str] | None, typer.Option("--snapshot", "-s", help="Snapshot this db.table (repeatable).")
+    ] = None,
+    until_caught_up: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 0 once the snapshots are done and the stream reached the replica's executed set."
+        ),
+    ] = False,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Rows per chunk (snapshot.chunk_size).")] = None,
+    readers: Annotated[
+        int | None,
+        typer.Option(
+            help="Chunk reader processes (snapshot.readers; default CPUs - 1); 0: on the engine's thread."
+        ),
+    ] = None,
+    reader_pool: Annotated[
+        str | None,
+        typer.Option(
+            help="Where chunks are read: processes, or spark (splits as Spark tasks on sink.spark_master;"
+            " snapshot.reader_pool)."
+        ),
+    ] = None,
+    sink_path: Annotated[str | None, typer.Option(help="Output path (sink.path).")] = None,
+    checkpoint: CheckpointOpt = None,
+    signals_bootstrap: Annotated[
+        str | None,
+        typer.Option(help="Kafka HOST:PORT of the signal topic; enables signals (signals.bootstrap)."),
+    ] = None,
+    signals_topic: Annotated[str | None, typer.Option(help="Signal topic (signals.topic).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Stream the replica's binlog, snapshotting the tables asked for, with exact resume after a crash."""
+    from gtidsnap.runner import run_engine
+    from gtidsnap.source.replica import Replica
+
+    _setup_logging(verbose)
+    cfg = _config(
+        config,
+        **{
+            "source.host": host,
+            "source.port": port,
+            "source.user": user,
+            "snapshot.chunk_size": chunk_size,
+            "snapshot.readers": readers,
+            "snapshot.reader_pool": reader_pool,
+            "sink.path": sink_path,
+            "checkpoint.path": str(checkpoint) if checkpoint else None,
+            "signals.bootstrap": signals_bootstrap,
+            "signals.topic": signals_topic,
+        },
+    )
+    tables = _tables(snapshot or [], "--snapshot")
+    display = _Display()
+    # Spark's own banners and warnings go to a file beside the checkpoint (on screen with --verbose)
+    spark_log = None if verbose else cfg.checkpoint_path.parent / "spark.log"
+    try:
+        with Replica(cfg.source) as replica:
+            if display.progress is not None:
+                with display.progress:
+                    stats = run_engine(cfg, replica, tables, until_caught_up, display, spark_log)
+            else:
+                stats = run_engine(cfg, replica, tables, until_caught_up, display, spark_log)
+    except GtidsnapError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        say(err, "interrupted: resume with the same command (the checkpoint is kept)")
+        raise typer.Exit(130) from None
+    elapsed = time.monotonic() - stats.started_at
+    pauses = sorted(stats.chunk_pause_s)
+    p50 = pauses[len(pauses) // 2] * 1000 if pauses else 0.0
+    by_reader = (
+        f"; {len(stats.readers)} chunk reader(s): {throughput_line(stats.readers)}" if stats.readers else ""
+    )
+    say(
+        out,
+        f"done: {stats.records:,} records ({stats.snapshot_rows:,} snapshot rows in {stats.chunks:,} chunks) "
+        f"in {elapsed:.1f}s; binlog paused per chunk p50 {p50:.1f} ms; output {cfg.sink.path}{by_reader}",
+    )
+
+
+@app.command()
+def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
+    """Show progress from the checkpoint (no connection to the replica needed)."""
+    from gtidsnap.runner import read_checkpoint
+
+    cfg = _config(config, **{"checkpoint.path": str(checkpoint) if checkpoint else None})
+    try:
+        cp = read_checkpoint(cfg)
+    except GtidsnapError as exc:
+        _fail(exc)
+    if cp is None:
+        say(out, f"no checkpoint at {cfg.checkpoint_path}: gtidsnap has not run with this config yet")
+        return
+    say(out, f"source flavour: {cp.flavor}   records emitted: {cp.next_seq - 1:,}")
+    say(out, f"processed: {cp.processed or '(nothing)'}")
+    table = Table("table", "state", "chunks", "rows", "last key", "note", title="snapshots")
+    for t in cp.context.tables:
+        state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
+        last = ", ".join(map(str, t.last_key)) if t.last_key else ""
+        cells = (str(t.table), state, f"{t.chunks:,}", f"{t.rows:,}", last, t.error or t.condition or "")
+        table.add_row(*(Text(c) for c in cells))
+    if cp.context.paused:
+        say(out, ("snapshots are paused", "yellow"))
+    out.print(table)
+    history = cp.signals.history
+    if history:
+        signals = Table("id", "type", "offset", "outcome", title="signals")
+        for h in history:
+            fields = (h.id or "-", h.type, str(h.offset), h.outcome)
+            signals.add_row(*(Text(c) for c in fields))
+        out.print(signals)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``gtidsnap`` command: errors of ours are one line (printed where they happen); anything
+    unexpected is one line too, naming the exception, unless ``--verbose``/``-v`` asks for the traceback."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        app(args=args)
+    except Exception as exc:
+        if "--verbose" in args or "-v" in args:
+            raise
+        error_line(
+            f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:500]} "
+            "(run again with --verbose for the traceback, and please report it)",
+        )
+        raise SystemExit(1) from None

@@ -1,0 +1,157 @@
+"""``gtidsnap snapshot start|stop|pause|resume``: send a signal to a running (or stopped) gtidsnap.
+
+The messages go to the Kafka signal topic of the config's ``[signals]`` section, keyed by its
+``connector``; gtidsnap acts on each exactly once, even if it is started only later. ``--print`` writes
+the message instead, for another producer (kcat, a Kafka UI). Exit codes: 0 sent, 1 not sent (the
+broker is unreachable or refused it), 2 usage error (the message would be refused by gtidsnap).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from gtidsnap.cli.output import err, error_line, say
+from gtidsnap.config.loading import load_config
+from gtidsnap.core.errors import GtidsnapError, SignalError
+from gtidsnap.signals.kafka import send_signal
+from gtidsnap.signals.protocol import build_message
+
+snapshot_app = typer.Typer(
+    help="Start, stop, pause or resume snapshots through the Kafka signal topic.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="TOML config file; GTIDSNAP_* variables and flags override it."),
+]
+IdOpt = Annotated[
+    str | None, typer.Option("--id", help="Signal id (default: a new UUID); a repeated id is ignored.")
+]
+PrintOpt = Annotated[
+    bool, typer.Option("--print", help="Write the message as JSON to stdout instead of sending it.")
+]
+BootstrapOpt = Annotated[
+    str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers, HOST:PORT (signals.bootstrap).")
+]
+TopicOpt = Annotated[str | None, typer.Option("--topic", help="Signal topic (signals.topic).")]
+ConnectorOpt = Annotated[
+    str | None, typer.Option("--connector", help="Message key, the instance's name (signals.connector).")
+]
+
+
+def _send(
+    kind: str,
+    tables: list[str],
+    filters: list[str],
+    signal_id: str | None,
+    print_only: bool,
+    config: Path | None,
+    bootstrap: str | None,
+    topic: str | None,
+    connector: str | None,
+) -> None:
+    parsed: dict[str, str] = {}
+    for item in filters:
+        table, eq, condition = item.partition("=")
+        if not eq or not table.strip() or not condition.strip():
+            _fail(f"--filter {item!r} must be written TABLE=CONDITION, e.g. shop.orders=\"region = 'EU'\"", 2)
+        if table.strip() in parsed:
+            _fail(f"--filter names {table.strip()} twice; combine the conditions with AND", 2)
+        parsed[table.strip()] = condition.strip()
+    try:
+        message = build_message(kind, tables, parsed, signal_id)
+    except SignalError as exc:
+        _fail(str(exc), 2)
+    if print_only:
+        typer.echo(json.dumps(message))
+        return
+    try:
+        cfg = load_config(
+            config,
+            overrides={
+                "signals.bootstrap": bootstrap,
+                "signals.topic": topic,
+                "signals.connector": connector,
+            },
+        )
+        send_signal(cfg.signals, message)
+    except GtidsnapError as exc:
+        _fail(str(exc), 1)
+    say(
+        err,
+        f"sent {message['type']} id={message['id']} to {cfg.signals.topic} on {cfg.signals.bootstrap} "
+        f"(key {cfg.signals.connector})",
+    )
+
+
+def _fail(text: str, code: int) -> NoReturn:
+    error_line(text)
+    raise typer.Exit(code)
+
+
+@snapshot_app.command()
+def start(
+    tables: Annotated[
+        list[str], typer.Argument(help="db.table names, or regular expressions matched in full.")
+    ],
+    filter_: Annotated[
+        list[str] | None,
+        typer.Option("--filter", help="TABLE=CONDITION: snapshot only the rows matching it (repeatable)."),
+    ] = None,
+    signal_id: IdOpt = None,
+    print_only: PrintOpt = False,
+    config: ConfigOpt = None,
+    bootstrap: BootstrapOpt = None,
+    topic: TopicOpt = None,
+    connector: ConnectorOpt = None,
+) -> None:
+    """Snapshot these tables (execute-snapshot); a snapshot already running is not restarted."""
+    _send("start", tables, filter_ or [], signal_id, print_only, config, bootstrap, topic, connector)
+
+
+@snapshot_app.command()
+def stop(
+    tables: Annotated[
+        list[str] | None, typer.Argument(help="db.table names to stop; none: every snapshot.")
+    ] = None,
+    signal_id: IdOpt = None,
+    print_only: PrintOpt = False,
+    config: ConfigOpt = None,
+    bootstrap: BootstrapOpt = None,
+    topic: TopicOpt = None,
+    connector: ConnectorOpt = None,
+) -> None:
+    """Stop snapshots (stop-snapshot): rows already read stay in the output; streaming goes on."""
+    _send("stop", tables or [], [], signal_id, print_only, config, bootstrap, topic, connector)
+
+
+@snapshot_app.command()
+def pause(
+    signal_id: IdOpt = None,
+    print_only: PrintOpt = False,
+    config: ConfigOpt = None,
+    bootstrap: BootstrapOpt = None,
+    topic: TopicOpt = None,
+    connector: ConnectorOpt = None,
+) -> None:
+    """Pause every snapshot (pause-snapshot); streaming goes on."""
+    _send("pause", [], [], signal_id, print_only, config, bootstrap, topic, connector)
+
+
+@snapshot_app.command()
+def resume(
+    signal_id: IdOpt = None,
+    print_only: PrintOpt = False,
+    config: ConfigOpt = None,
+    bootstrap: BootstrapOpt = None,
+    topic: TopicOpt = None,
+    connector: ConnectorOpt = None,
+) -> None:
+    """Resume paused snapshots (resume-snapshot)."""
+    _send("resume", [], [], signal_id, print_only, config, bootstrap, topic, connector)

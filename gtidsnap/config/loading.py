@@ -1,0 +1,228 @@
+"""One typed configuration: a TOML file, overridden by ``GTIDSNAP_*`` environment variables,
+overridden by command-line flags.
+
+Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the environment, e.g.::
+
+    [source]                          GTIDSNAP_SOURCE_HOST=127.0.0.1
+    host = "127.0.0.1"                GTIDSNAP_SOURCE_PORT=3306
+    port = 3306                       GTIDSNAP_SOURCE_PASSWORD=...   (or password_file)
+    user = "gtidsnap"
+    password_file = "/run/secrets/replica"
+    tls = "disabled"                  # disabled | preferred | required (with ca)
+    connect_timeout_s = 10.0
+    statement_timeout_s = 30.0        # server-side limit of any one statement gtidsnap runs
+
+    [capture]
+    tables = ["shop.orders", "shop.customers"]
+    surrogate_keys = { "shop.log" = ["ts", "host"] }
+
+    [snapshot]
+    chunk_size = 1024
+    chunk_delay_ms = 0
+    readers = 1                       # chunk reader processes; default CPUs - 1; 0 = on the engine's thread
+    reader_pool = "processes"         # processes | spark (chunks read by Spark's executors)
+
+    [binlog]
+    heartbeat_s = 1.0
+    server_id = 0                     # 0: a random id per run
+
+    [sink]
+    type = "jsonl"                    # jsonl | delta
+    path = "gtidsnap-out/changes.jsonl"
+
+    [checkpoint]
+    path = "gtidsnap-out/checkpoint.json"
+    interval_s = 1.0
+
+    [signals]                         # optional: steer snapshots through a Kafka topic
+    bootstrap = "127.0.0.1:9092"
+    topic = "gtidsnap-signals"
+    connector = "gtidsnap"            # the message key this instance answers to
+
+Each setting is defined once, in the section models of :mod:`gtidsnap.config.settings` (pydantic, strict):
+its type, default, constraint and description. A value of the wrong type is refused, never coerced
+(``"false"`` is not a boolean, ``33062.9`` not an integer), and the error is one line naming where the
+value came from (the file and ``section.key``, the environment variable, or the flag), the value and
+what is expected (:mod:`gtidsnap.config.sources`). Environment values are text, parsed by the field's
+type before the same strict validation.
+
+The password is never read from the TOML file itself (files get committed): only from
+``GTIDSNAP_SOURCE_PASSWORD`` or a ``password_file``. It is a :class:`Secret` and never printed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gtidsnap.config.settings import (
+    DEFAULT_SETTINGS,
+    DEFAULTS,
+    PASSWORD_ENV,
+    SECTIONS,
+    CaptureSection,
+    Settings,
+    SignalSettings,
+    SinkSettings,
+    SnapshotSection,
+    SourceSection,
+    parse_table_name,
+    show_value,
+    table_id_of,
+)
+from gtidsnap.config.sources import Layer, Origin, Origins, env_layer, file_layer, flag_layer, problem_line
+from gtidsnap.core.errors import ConfigError
+from gtidsnap.core.model import TableId
+from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
+
+__all__ = [  # the settings' models are defined in gtidsnap.config.settings; code reads them from here
+    "DEFAULTS",
+    "SECTIONS",
+    "CaptureSection",
+    "Config",
+    "SignalSettings",
+    "SinkSettings",
+    "SnapshotSection",
+    "SnapshotSettings",
+    "SourceSection",
+    "load_config",
+    "parse_table_name",
+]
+
+# --------------------------------------------------------------------------- what the code uses
+
+
+@dataclass(frozen=True)
+class SnapshotSettings:
+    """The ``[snapshot]`` section in the engine's units (the delay in seconds); defaults from the model
+    (``readers``: CPUs - 1, see :func:`gtidsnap.config.settings.default_readers`)."""
+
+    chunk_size: int = DEFAULT_SETTINGS.snapshot.chunk_size
+    chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000
+    readers: int = DEFAULT_SETTINGS.snapshot.readers
+    reader_pool: str = DEFAULT_SETTINGS.snapshot.reader_pool
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a run needs, validated; the defaults are the models'."""
+
+    source: ConnectionSettings
+    tables: tuple[TableId, ...] = ()
+    surrogate_keys: Mapping[TableId, tuple[str, ...]] = field(default_factory=dict)
+    snapshot: SnapshotSettings = SnapshotSettings()
+    heartbeat_s: float = DEFAULT_SETTINGS.binlog.heartbeat_s
+    server_id: int = DEFAULT_SETTINGS.binlog.server_id
+    sink: SinkSettings = DEFAULT_SETTINGS.sink
+    checkpoint_path: Path = Path(DEFAULT_SETTINGS.checkpoint.path)
+    checkpoint_interval_s: float = DEFAULT_SETTINGS.checkpoint.interval_s
+    signals: SignalSettings = DEFAULT_SETTINGS.signals
+
+
+def load_config(
+    path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """TOML < environment < ``overrides`` (``{"section.key": value}``, from flags; None = not given)."""
+    env = os.environ if env is None else env
+    merged: Layer = {section: {} for section in SECTIONS}
+    origins: Origins = {}
+    layers = [file_layer(path)] if path is not None else []
+    layers += [env_layer(env), flag_layer(overrides or {})]
+    for values, origin_of in layers:  # later layers win, and so does their origin
+        for section, keys in values.items():
+            merged[section].update(keys)
+        origins.update(origin_of)
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(problem_line(e, origins) for e in exc.errors())) from None
+    return _build(settings, origins, env)
+
+
+# --------------------------------------------------------------------------- building the Config
+
+
+def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Config:
+    src = settings.source
+    tls = TlsMode(src.tls)
+    if tls is TlsMode.REQUIRED and not src.ca:
+        origin = origins.get(("source", "tls"), Origin("default"))
+        raise ConfigError(
+            f"{origin.assigned('source.tls', src.tls)} needs source.ca, "
+            "the CA certificate file that signed the server's certificate"
+        )
+    source = ConnectionSettings(
+        host=src.host,
+        port=src.port,
+        user=src.user,
+        password=_password(src, env, origins),
+        tls=tls,
+        ca=Path(src.ca) if src.ca else None,
+        connect_timeout=src.connect_timeout_s,
+        statement_timeout=src.statement_timeout_s,
+    )
+    sink = settings.sink
+    if sink.type == "delta" and sink.mirror == "job":
+        for name, value in (
+            ("changelog", sink.changelog),
+            ("changelog_snapshot_rows", sink.changelog_snapshot_rows),
+        ):
+            if not value:
+                origin = origins.get(("sink", name), Origin("default"))
+                said = origin.where("sink." + name) + ("=" if origin.kind == "env" else " = ")
+                raise ConfigError(
+                    f"{said}false but sink.mirror = job: the mirror job "
+                    "builds the mirrors from the changelogs, which must then hold every record"
+                )
+    if settings.snapshot.reader_pool == "spark" and settings.snapshot.readers == 0:
+        origin = origins.get(("snapshot", "readers"), Origin("default"))
+        said = origin.where("snapshot.readers") + ("=" if origin.kind == "env" else " = ")
+        raise ConfigError(
+            f"{said}0 but snapshot.reader_pool = spark: readers is how many splits Spark's executors "
+            "read at once; set it to 1 or more, or use reader_pool = processes"
+        )
+    capture = settings.capture
+    return Config(
+        source=source,
+        tables=tuple(dict.fromkeys(table_id_of(t) for t in capture.tables)),
+        surrogate_keys={table_id_of(t): tuple(cols) for t, cols in capture.surrogate_keys.items()},
+        snapshot=SnapshotSettings(
+            chunk_size=settings.snapshot.chunk_size,
+            chunk_delay_s=settings.snapshot.chunk_delay_ms / 1000,
+            readers=settings.snapshot.readers,
+            reader_pool=settings.snapshot.reader_pool,
+        ),
+        heartbeat_s=settings.binlog.heartbeat_s,
+        server_id=settings.binlog.server_id,
+        sink=settings.sink,
+        checkpoint_path=Path(settings.checkpoint.path),
+        checkpoint_interval_s=settings.checkpoint.interval_s,
+        signals=settings.signals,
+    )
+
+
+def _password(src: SourceSection, env: Mapping[str, str], origins: Origins) -> Secret:
+    """The environment's password, else the password file's first line; never shown in an error."""
+    if PASSWORD_ENV in env:
+        return Secret(env[PASSWORD_ENV])
+    if not src.password_file:
+        return Secret("")
+    where = origins.get(("source", "password_file"), Origin("default")).where("source.password_file")
+    try:
+        text = Path(src.password_file).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"{where}: cannot read the password file {show_value(src.password_file)}: {exc.strerror}"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{where}: the password file {show_value(src.password_file)} is not UTF-8 text"
+        ) from None
+    return Secret(text.rstrip("\r\n"))

@@ -1,0 +1,294 @@
+"""Every setting of gtidsnap, defined once (pydantic, strict): the sections of the TOML file with each
+key's type, default, constraint and description, and the table-name rules they use. How values are
+layered (file < environment < flags) and told wrong is :mod:`gtidsnap.config.sources`; the validated
+result the code uses is :class:`gtidsnap.config.loading.Config`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from gtidsnap.core.errors import ConfigError
+from gtidsnap.core.model import SYSTEM_SCHEMAS, TableId
+from gtidsnap.source.connection import ConnectionSettings
+
+"""Schemas gtidsnap never captures (compared in lower case): the server's own bookkeeping."""
+
+ENV_PREFIX = "GTIDSNAP_"
+PASSWORD_ENV = "GTIDSNAP_SOURCE_PASSWORD"  # the one setting that lives outside the models (a secret)
+_SHOW_MAX = 80  # longest value quoted in an error
+
+# Defaults a ConnectionSettings built in code gets too: read from it, so they are written once.
+_CONNECTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ConnectionSettings)}
+# PyMySQL refuses a connect_timeout above a year (ValueError at connect time).
+_PYMYSQL_MAX_CONNECT_TIMEOUT_S = 31_536_000
+MAX_READERS = 64  # most chunk reader processes (snapshot.readers)
+MAX_DEFAULT_READERS = 8  # the default never opens more reader connections than this on a replica
+
+
+def default_readers() -> int:
+    """Chunk reader processes by default: one per CPU this process may run on beyond the engine's
+    own (0 on one CPU: chunks are read on the engine's thread), at most ``MAX_DEFAULT_READERS``."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(0, min(MAX_DEFAULT_READERS, cpus - 1))
+
+
+def show_value(value: Any) -> str:
+    """A value for an error message: its repr (one line), cut to ~80 characters."""
+    text = repr(value)
+    return text if len(text) <= _SHOW_MAX else text[: _SHOW_MAX - 3] + "..."
+
+
+def plain_name(text: str) -> str:
+    """A name as users write it, quoted only when it would not read as one short line."""
+    return text if text.isprintable() and len(text) <= _SHOW_MAX else show_value(text)
+
+
+# --------------------------------------------------------------------------- table names
+
+
+def table_id_of(text: str) -> TableId:
+    """``schema.table``, both parts non-empty and not a system schema; ValueError says what is wrong."""
+    schema, dot, name = text.partition(".")
+    if not dot or not schema or not name:
+        raise ValueError(f"table {show_value(text)} must be written schema.table")
+    if schema.lower() in SYSTEM_SCHEMAS:
+        raise ValueError(
+            f"{plain_name(text)} is in the system schema {plain_name(schema)}, "
+            "which gtidsnap does not capture"
+        )
+    return TableId(schema, name)
+
+
+def parse_table_name(text: str, where: str) -> TableId:
+    """A configured table name, refused (ConfigError prefixed by ``where``) when malformed or system."""
+    try:
+        return table_id_of(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _check_table_name(text: str) -> str:
+    table_id_of(text)
+    return text
+
+
+def _distinct_columns(columns: list[str]) -> list[str]:
+    """A key that names a column twice is a typo, not a key."""
+    for i, column in enumerate(columns):
+        if column in columns[:i]:
+            raise ValueError(f"the key names column {plain_name(column)} twice")
+    return columns
+
+
+def _readable_ca(value: str) -> str:
+    """An unreadable CA file would otherwise surface as an SSL traceback at the first connect."""
+    if value:
+        try:
+            with open(value, "rb"):
+                pass
+        except OSError as exc:
+            raise ValueError(f"the CA file {show_value(value)} cannot be read: {exc.strerror}") from None
+    return value
+
+
+def _lower(value: Any) -> Any:
+    """Choices are case-insensitive; other types pass through to be refused by strict validation."""
+    return value.lower() if isinstance(value, str) else value
+
+
+TableName = Annotated[str, AfterValidator(_check_table_name)]
+ColumnName = Annotated[str, Field(min_length=1)]
+SurrogateKey = Annotated[list[ColumnName], Field(min_length=1), AfterValidator(_distinct_columns)]
+TlsName = Literal["disabled", "preferred", "required"]
+SinkType = Literal["jsonl", "delta"]
+MirrorKeeper = Literal["gtidsnap", "job"]
+ReaderPool = Literal["processes", "spark"]
+
+
+# --------------------------------------------------------------------------- the settings, once
+
+
+class _Section(BaseModel):
+    """Strict: a value of the wrong type is refused, never coerced; unknown keys are refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class SourceSection(_Section):
+    """``[source]``: the replica gtidsnap reads (the password comes from the environment or a file)."""
+
+    host: str = Field(default="127.0.0.1", min_length=1, description="the replica's host name or address")
+    port: int = Field(default=3306, ge=1, le=65535, description="the replica's TCP port")
+    user: str = Field(default="gtidsnap", description="the read-only user gtidsnap logs in as")
+    password_file: str = Field(
+        default="",
+        description=f"a file holding the password ({PASSWORD_ENV} wins; empty: no file)",
+    )
+    tls: Annotated[TlsName, BeforeValidator(_lower)] = Field(
+        default=_CONNECTION_DEFAULTS["tls"].value,
+        description="disabled: plain TCP; preferred: TLS if offered, unverified; required: verified by ca",
+    )
+    ca: Annotated[str, AfterValidator(_readable_ca)] = Field(
+        default="",
+        description="the CA certificate file that signed the server's certificate (needed by tls=required)",
+    )
+    connect_timeout_s: float = Field(
+        default=_CONNECTION_DEFAULTS["connect_timeout"],
+        gt=0,
+        le=_PYMYSQL_MAX_CONNECT_TIMEOUT_S,
+        description="seconds to wait for a connection to the replica",
+    )
+    statement_timeout_s: float = Field(
+        default=_CONNECTION_DEFAULTS["statement_timeout"],
+        gt=0,
+        description="the longest any statement gtidsnap runs on the replica may take (server-side limit); "
+        "a snapshot whose chunk SELECT takes longer fails, streaming goes on",
+    )
+
+
+class CaptureSection(_Section):
+    """``[capture]``: which tables are streamed, and keys for tables without a primary key."""
+
+    tables: list[TableName] = Field(
+        default_factory=list, description="tables streamed even without a snapshot, each schema.table"
+    )
+    surrogate_keys: dict[TableName, SurrogateKey] = Field(
+        default_factory=dict,
+        description='key columns of tables without a primary key: { "schema.table" = ["col", ...] }',
+    )
+
+
+class SnapshotSection(_Section):
+    """``[snapshot]``: how snapshots read a table."""
+
+    chunk_size: int = Field(default=1024, ge=1, description="rows per chunk SELECT")
+    chunk_delay_ms: float = Field(
+        default=0.0, ge=0, description="pause between chunks, to spare a busy replica (milliseconds)"
+    )
+    readers: int = Field(
+        default_factory=default_readers,
+        ge=0,
+        le=MAX_READERS,
+        description="chunk reader processes, each with its own connection (0: one reader on the "
+        f"engine's thread, pausing the stream one chunk at a time); default: CPUs - 1, at most "
+        f"{MAX_DEFAULT_READERS}; "
+        "with reader_pool = spark: splits read at once by Spark's executors",
+    )
+    reader_pool: Annotated[ReaderPool, BeforeValidator(_lower)] = Field(
+        default="processes",
+        description="where chunks are read: processes (local reader processes) or spark (each chunk "
+        "a Spark task on sink.spark_master's executors; make chunk_size large, e.g. 100000)",
+    )
+
+
+class BinlogSection(_Section):
+    """``[binlog]``: the binlog connection."""
+
+    heartbeat_s: float = Field(
+        default=1.0, gt=0, description="heartbeat period; an idle source's window closes within it"
+    )
+    server_id: int = Field(
+        default=0, ge=0, le=4_294_967_295, description="replication server id (0: a random id per run)"
+    )
+
+
+class SinkSettings(_Section):
+    """``[sink]``: where records go (also the settings object the sinks receive)."""
+
+    type: Annotated[SinkType, BeforeValidator(_lower)] = Field(
+        default="jsonl", description="jsonl: one JSON object per line; delta: Delta Lake tables"
+    )
+    path: str = Field(
+        default="gtidsnap-out/changes.jsonl",
+        min_length=1,
+        description="the JSON-lines file, or the root folder/URI of the Delta tables",
+    )
+    batch_rows: int = Field(default=100_000, ge=1, description="delta: most records per commit")
+    batch_ms: int = Field(default=1000, ge=0, description="delta: a batch commits after this many ms")
+    spark_master: str = Field(
+        default="local[2]",
+        min_length=1,
+        description="any Spark master URL: the Delta sink's, and the executors of "
+        "snapshot.reader_pool = spark",
+    )
+    changelog: bool = Field(
+        default=True, description="delta: also append every record to a changelog table per source table"
+    )
+    app_id: str = Field(
+        default="", description="delta: txnAppId of this instance's idempotent writes (empty: from the path)"
+    )
+    changelog_snapshot_rows: bool = Field(
+        default=True,
+        description="delta: snapshot rows go to the changelog too (false: the mirror only, about half "
+        "the cost of a snapshot)",
+    )
+    merge_interval_s: float = Field(
+        default=15.0,
+        ge=0,
+        description="delta: longest wait of changes for the mirror's MERGE, the changelog holding them "
+        "meanwhile (0, or no changelog: every batch)",
+    )
+    merge_rows: int = Field(
+        default=100_000, ge=1, description="delta: the mirror MERGEs as soon as this many changes wait"
+    )
+    mirror: Annotated[MirrorKeeper, BeforeValidator(_lower)] = Field(
+        default="gtidsnap",
+        description="delta: who writes the mirror tables: gtidsnap, or job (spark/mirror_job.py on any "
+        "Spark cluster merges them from the changelogs; gtidsnap writes the changelogs only)",
+    )
+
+
+class CheckpointSection(_Section):
+    """``[checkpoint]``: where progress is kept, and how often it is saved."""
+
+    path: str = Field(default="gtidsnap-out/checkpoint.json", min_length=1, description="the checkpoint file")
+    interval_s: float = Field(default=1.0, gt=0, description="seconds between checkpoints")
+
+
+class SignalSettings(_Section):
+    """``[signals]``: the Kafka signal topic; ``bootstrap`` empty means no signal consumer."""
+
+    bootstrap: str = Field(default="", description="Kafka HOST:PORT list (empty: no signals)")
+    topic: str = Field(default="gtidsnap-signals", min_length=1, description="the signal topic")
+    connector: str = Field(
+        default="gtidsnap", min_length=1, description="only messages whose key equals this are for us"
+    )
+    group: str = Field(default="", description="consumer group id (empty: gtidsnap-<connector>)")
+
+
+class Settings(_Section):
+    """The whole file: one field per section."""
+
+    source: SourceSection = Field(default_factory=SourceSection, description="the replica")
+    capture: CaptureSection = Field(default_factory=CaptureSection, description="captured tables")
+    snapshot: SnapshotSection = Field(default_factory=SnapshotSection, description="snapshot reads")
+    binlog: BinlogSection = Field(default_factory=BinlogSection, description="the binlog connection")
+    sink: SinkSettings = Field(default_factory=SinkSettings, description="the output")
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection, description="progress")
+    signals: SignalSettings = Field(default_factory=SignalSettings, description="Kafka signals")
+
+
+def _sections() -> dict[str, type[_Section]]:
+    """The sections by name, read off Settings so that adding one there is all it takes."""
+    found: dict[str, type[_Section]] = {}
+    for name, info in Settings.model_fields.items():
+        model = info.annotation
+        if not (isinstance(model, type) and issubclass(model, _Section)):
+            raise TypeError(f"Settings.{name} must be a section model")
+        found[name] = model
+    return found
+
+
+SECTIONS: Mapping[str, type[_Section]] = _sections()
+"""Section name -> its model, in the file's order."""
+DEFAULT_SETTINGS = Settings()
+DEFAULTS: Mapping[str, Mapping[str, Any]] = DEFAULT_SETTINGS.model_dump()
+"""Every default, ``DEFAULTS[section][key]``: derived from the models, never a second copy."""

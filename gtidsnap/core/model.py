@@ -1,0 +1,112 @@
+"""Plain, frozen data that flows between gtidsnap's pieces: tables, keys, binlog events, chunks.
+
+Adapters turn server bytes into these; the pure core (windows, plan) reads and returns only these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gtidsnap.core.gtid import Gtid
+
+Key = tuple[Any, ...]
+"""Primary-key values in key-column order, normalised by the engine so equal keys compare equal
+(for example case-folded for a case-insensitive collation)."""
+
+Row = Mapping[str, Any]
+# A chunk row as the window keeps it: its values, or the JSON its reader wrote of it
+# (:func:`gtidsnap.core.records.snapshot_line_body`, for a JSON-lines output).
+ChunkRow = Row | bytes
+Op = Literal["c", "u", "d"]
+
+Flavor = Literal["mysql", "mariadb"]
+"""Which server speaks: MySQL GTID sets or MariaDB GTID positions."""
+
+SYSTEM_SCHEMAS: frozenset[str] = frozenset({"mysql", "sys", "performance_schema", "information_schema"})
+"""Schemas gtidsnap never captures (their tables are the server's own), compared lower-cased."""
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a backtick-quoted identifier, for the server's SQL and Spark's alike: a backtick
+    inside is doubled, as both expect."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True, order=True)
+class TableId:
+    """A source table; ``str()`` is ``schema.name`` as users write it."""
+
+    schema: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> TableId:
+        schema, dot, name = text.partition(".")
+        if not dot or not schema or not name:
+            raise ValueError(f"table {text!r} must be written schema.table")
+        return cls(schema, name)
+
+
+# --------------------------------------------------------------------------- binlog events
+
+
+@dataclass(frozen=True)
+class TxBegin:
+    """A transaction starts; every event up to its commit shares ``gtid``."""
+
+    gtid: Gtid
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row inserted, updated or deleted.
+
+    ``key`` is the row's key after the change (before it, for a delete); ``old_key`` is set when an
+    update changed the primary key itself, so both keys count as touched. ``key_columns`` names the
+    key of the shape the row was decoded with: the consumer may meet it after the shape cache moved
+    on (a DDL read ahead by the stream's pump; a renamed table has no shape to read any more).
+    """
+
+    gtid: Gtid
+    table: TableId
+    op: Op
+    key: Key
+    before: Row | None
+    after: Row | None
+    old_key: Key | None = None
+    source_ts: int = 0
+    key_columns: tuple[str, ...] = ()
+
+    def touched_keys(self) -> tuple[Key, ...]:
+        return (self.key,) if self.old_key is None or self.old_key == self.key else (self.key, self.old_key)
+
+
+@dataclass(frozen=True)
+class TxCommit:
+    """The transaction ``gtid`` is complete; the stream's processed set now includes it."""
+
+    gtid: Gtid
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """A DDL statement (its own transaction) that touches ``tables``."""
+
+    gtid: Gtid
+    tables: frozenset[TableId]
+    statement: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The server had nothing more to send; ``last_gtid`` is the last transaction the stream saw."""
+
+    last_gtid: Gtid | None = None
+
+
+BinlogEvent = TxBegin | RowChange | TxCommit | SchemaChange | Heartbeat

@@ -1,0 +1,179 @@
+"""The engine's ports, in one place: what it needs of the replica, the binlog stream, the sink, the
+checkpoint store and the chunk readers, with the jobs and reads that cross to a reader. The adapters
+(:mod:`gtidsnap.source.replica`, :mod:`gtidsnap.source.binlog.stream`, :mod:`gtidsnap.sinks`,
+:mod:`gtidsnap.engine.checkpoint_store`, :mod:`gtidsnap.snapshot.readers`,
+:mod:`gtidsnap.snapshot.spark_readers`) implement them; unit tests pass fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.model import BinlogEvent, ChunkRow, Key, TableId
+from gtidsnap.core.plan import RawKey
+from gtidsnap.core.records import Emitted
+from gtidsnap.core.schema import TableSchema
+
+
+class ChunkRows(Protocol):
+    @property
+    def rows(self) -> tuple[tuple[Key, dict[str, Any]], ...]: ...
+    @property
+    def last_raw_key(self) -> RawKey | None: ...
+    @property
+    def count(self) -> int: ...
+
+
+class ReplicaPort(Protocol):
+    """What the engine needs of the replica (gtidsnap.source.replica.Replica, or a fake in unit tests)."""
+
+    flavor: Any
+
+    def describe(self) -> str: ...
+    def executed(self) -> GtidSet: ...
+    def executed_and_visible(self) -> tuple[GtidSet, GtidSet]:
+        """The executed set and, read with it, the transactions a new read is sure to see
+        (:mod:`gtidsnap.source.low_watermark`)."""
+        ...
+
+    def purged(self) -> GtidSet: ...
+    def tables(self) -> list[TableId]: ...
+    def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema: ...
+    def max_key(self, schema: TableSchema, condition: str | None = None) -> RawKey | None: ...
+    def select_chunk(
+        self,
+        schema: TableSchema,
+        after: RawKey | None,
+        upto: RawKey,
+        limit: int | None,
+        condition: str | None = None,
+    ) -> ChunkRows: ...
+    def chunk_ends(
+        self,
+        schema: TableSchema,
+        after: RawKey | None,
+        upto: RawKey,
+        size: int,
+        count: int,
+        condition: str | None = None,
+    ) -> list[RawKey]: ...
+
+
+class StreamPort(Protocol):
+    """What the engine needs of the binlog (gtidsnap.source.binlog.stream.BinlogStream, or a fake)."""
+
+    def next(self) -> BinlogEvent | None: ...
+    def close(self) -> None: ...
+
+
+StreamFactory = Callable[[GtidSet, Callable[[TableId], TableSchema | None]], StreamPort]
+
+
+class CheckpointPort(Protocol):
+    """Where progress is kept (gtidsnap.core.checkpoint.CheckpointStore, or a fake)."""
+
+    path: Path
+
+    def load(self) -> Checkpoint | None: ...
+    def save(self, checkpoint: Checkpoint) -> None: ...
+
+
+class Sink(Protocol):
+    def open(self, committed: Any) -> None:
+        """Start from the position of the last checkpoint (None: nothing committed yet)."""
+
+    def write(self, records: Sequence[Emitted]) -> None:
+        r"""Take records; they become durable only at the next ``commit``. :class:`SnapshotLines`
+        come only to a sink whose ``takes_encoded_rows`` is true."""
+
+    def commit(self) -> Any:
+        """Make everything written durable; return the JSON-able position to checkpoint."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class SealingSink(Sink, Protocol):
+    """A sink whose commits can run in the background (see :mod:`gtidsnap.engine.committer`)."""
+
+    def seal(self) -> Callable[[], Any]:
+        """Take everything written so far as one batch; return the job that commits it and returns its
+        position. The job runs in another thread; writes after ``seal`` belong to the next batch."""
+
+
+@runtime_checkable
+class DrainingSink(Sink, Protocol):
+    """A sink that defers part of its writes (the Delta mirror's MERGE) past the commits that make
+    them durable elsewhere (the changelog)."""
+
+    def drain(self) -> None:
+        """The run ends: the next commit also makes every deferred write."""
+
+
+# ----------------------------------------------------------------------------- chunk readers
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """Read the rows with ``after < key <= upto`` (matching ``condition``) for window ``window``, with a
+    SELECT that sees every transaction of ``lw`` (the window's low watermark, as text)."""
+
+    window: int
+    schema: TableSchema
+    after: RawKey | None
+    upto: RawKey
+    condition: str | None = None
+    encode: bool = False  # send each row's JSON (for a JSON-lines output), not its values
+    lw: str = ""
+
+    def portable(self) -> ChunkJob:
+        """The job without the schema's cached converters (functions do not cross processes)."""
+        schema = TableSchema(self.schema.table, self.schema.columns, self.schema.key)
+        return replace(self, schema=schema)
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """What a reader sent back: the rows (normalised and keyed) and the executed set after the SELECT,
+    or the failure (``error_type``, ``error``)."""
+
+    window: int
+    keys: tuple[Key, ...] = ()  # of ``rows``, in order
+    rows: tuple[ChunkRow, ...] = ()
+    executed: str = ""  # the replica's executed set right after the SELECT, as the server wrote it
+    reader: int = 0  # the reader's process id (per-reader throughput)
+    seconds: float = 0.0  # the SELECT and the normalising, in the reader
+    error_type: str | None = None
+    error: str = ""
+    warning: str = ""  # for the engine's log: this read gave up waiting for lw to be visible
+
+    @property
+    def failed(self) -> bool:
+        return self.error_type is not None
+
+
+class ChunkReaderPool(Protocol):
+    """What the engine needs of its readers."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def in_flight(self) -> int:
+        """How many ranges to keep planned at once (two per reader: one read, one waiting)."""
+        ...
+
+    def start(self) -> None:
+        """Get the readers ready ahead of the first job (a no-op where nothing needs starting)."""
+        ...
+
+    def submit(self, job: ChunkJob) -> None: ...
+    def collect(self) -> tuple[list[ChunkRead], bool]:
+        """The reads finished since the last call, in no particular order, and whether the pool broke
+        (a reader died: every job not collected is lost)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,78 @@
+"""Where the checkpoint lives: one JSON file, replaced atomically (written, fsynced, renamed, and
+the folder fsynced), so a kill -9 at any instant leaves the old checkpoint or the new one whole."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gtidsnap.core.checkpoint import START_OVER, Checkpoint, resume_problem
+from gtidsnap.core.errors import CheckpointError
+from gtidsnap.core.ports import CheckpointPort, ReplicaPort
+from gtidsnap.source.low_watermark import executed_covering
+
+
+class CheckpointStore:
+    """One JSON file, replaced atomically."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> Checkpoint | None:
+        """The checkpoint, None when there is none yet; CheckpointError says what is wrong with it."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            raise CheckpointError(
+                f"checkpoint {self.path} is a folder: point checkpoint.path at a file"
+            ) from None
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {self.path} cannot be read: {exc.strerror}") from None
+        try:
+            return Checkpoint.from_json(json.loads(data.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as exc:
+            reason = " ".join(str(exc).split())[:300]
+            raise CheckpointError(
+                f"checkpoint {self.path} is not a gtidsnap checkpoint ({reason}): restore it from a "
+                f"backup, or {START_OVER}"
+            ) from None
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        try:
+            self._write(checkpoint)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot write the checkpoint {self.path}: {exc.strerror or exc}; the output is kept and the "
+                "next start resumes from the last checkpoint written"
+            ) from None
+
+    def _write(self, checkpoint: Checkpoint) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            json.dump(checkpoint.to_json(), f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> Checkpoint | None:
+    """The checkpoint a run resumes from (None: a first run), once ``replica`` is known to be able to
+    continue it (:func:`gtidsnap.core.checkpoint.resume_problem`); otherwise a CheckpointError that
+    says what happened and what to do."""
+    checkpoint = store.load()
+    if checkpoint is None:
+        return None
+    executed = executed_covering(replica, checkpoint.processed)
+    problem = resume_problem(checkpoint, flavor, executed, replica.purged(), replica.describe())
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {store.path} cannot be continued: {problem}")
+    return checkpoint

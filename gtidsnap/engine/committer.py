@@ -1,0 +1,124 @@
+"""When and how the output commits: every ``batch_rows`` records or checkpoint interval
+(:class:`Commits`), and for a sink that can seal, in the background, one at a time and in order, while
+the engine keeps reading (:class:`BackgroundCommitter`).
+
+A Delta commit takes seconds of Spark work; done inline, the engine would neither read chunks nor the
+binlog meanwhile. A sink that can *seal* (hand over everything written so far as one batch, and take
+new writes at once) lets the engine go on while the batch is committed here. Each job commits its
+batch and then saves the checkpoint taken when the batch was sealed, so the order "sink commit, then
+the checkpoint that names it" holds exactly as in the inline path, and a crash at any point leaves a
+checkpoint that is at or behind what the sink holds (the sink's ``open`` undoes the rest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.crashpoints import crash_point
+from gtidsnap.core.ports import CheckpointPort, SealingSink, Sink
+from gtidsnap.engine.loop_step import EngineSettings, commit_due
+
+
+def commit_then_save(commit: Callable[[], Any], state: Checkpoint, store: CheckpointPort) -> None:
+    """The one order of a commit: the sink's batch, then the checkpoint naming the sink's position
+    (``state`` was taken when the batch was sealed, so it describes exactly what the batch holds)."""
+    position = commit()
+    crash_point("between-commit-and-checkpoint")
+    store.save(replace(state, sink_position=position))
+
+
+class BackgroundCommitter:
+    """A single worker thread that runs commit jobs one after the other.
+
+    At most one job runs and none waits: :meth:`submit` first waits for the previous job, so batches
+    are never reordered and never more than two are held in memory (the one committing, the one
+    filling). A job's exception is kept and raised in the engine's thread by :meth:`check`.
+    """
+
+    def __init__(self, name: str = "gtidsnap-commit") -> None:
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` in the background once the previous one is done."""
+        self.wait()
+        self._thread = threading.Thread(target=self._run, args=(job,), name=self._name, daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Block until no job runs; raise the error of a job that failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.check()
+
+    def check(self) -> None:
+        """Raise (once) the exception of a failed job, in the caller's thread."""
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _run(self, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as exc:  # handed to the engine's thread, which stops on it
+            self._error = exc
+
+
+class Commits:
+    """The engine's commits: sink first, then the checkpoint that names the sink's position. Inline
+    until :meth:`start_background`; from then on, for a :class:`SealingSink`, in the background: the
+    batch and the engine's state are taken together at :meth:`commit`, so the checkpoint saved after
+    the batch is committed describes exactly what the batch holds, while the engine reads on."""
+
+    def __init__(self, sink: Sink, store: CheckpointPort) -> None:
+        self.sink, self.store = sink, store
+        self.uncommitted = 0  # records (and signals) written since the last commit
+        self._last_at = time.monotonic()
+        self._background: BackgroundCommitter | None = None
+
+    def start_background(self) -> None:
+        if isinstance(self.sink, SealingSink):
+            self._background = BackgroundCommitter()
+
+    def due(self, settings: EngineSettings) -> bool:
+        busy = self._background is not None and self._background.busy
+        since = time.monotonic() - self._last_at
+        return commit_due(self.uncommitted, settings.batch_rows, busy, since, settings.checkpoint_interval_s)
+
+    def commit(self, state: Checkpoint) -> None:
+        if self._background is not None and isinstance(self.sink, SealingSink):
+            self._background.wait()
+            job = self.sink.seal()
+            self._background.submit(lambda: commit_then_save(job, state, self.store))
+        else:
+            commit_then_save(self.sink.commit, state, self.store)
+        self.uncommitted = 0
+        self._last_at = time.monotonic()
+
+    def check(self) -> None:
+        """Raise the error of a background commit that failed."""
+        if self._background is not None:
+            self._background.check()
+
+    def finish(self) -> None:
+        """Wait for the commit in flight (raising its error) and go back to inline commits."""
+        background, self._background = self._background, None
+        if background is not None:
+            background.wait()
+
+    def abandon(self) -> None:
+        """The run is failing: wait for the commit in flight, keeping the first error the run's."""
+        with contextlib.suppress(Exception):
+            self.finish()

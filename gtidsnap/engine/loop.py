@@ -1,0 +1,402 @@
+"""The engine: one single-threaded loop that streams the binlog and lets snapshot chunks into it.
+
+The loop plans chunk ranges of the table being snapshotted and hands them to chunk readers
+(:mod:`gtidsnap.snapshot.planner`: reader processes, Spark tasks, or with ``snapshot.readers = 0``
+one reader on this thread); every binlog event passes the open windows, and a chunk goes out where
+its window closes. The stream is read on a thread of its own while windows are open
+(:mod:`gtidsnap.engine.stream_pump`), so the loop waits for events and finished reads together.
+
+Each emitted record gets the next sequence number. Output and checkpoint advance together (sink
+commit, then checkpoint) and only at transaction boundaries, so a kill -9 anywhere resumes from the
+last checkpoint with no loss and no duplicate in the output.
+
+Threads: the loop owns the windows, the snapshot context, the sink's current batch and the sequence
+numbers. A sink that can seal (Delta) hands each batch to one background committer thread
+(:mod:`gtidsnap.engine.committer`), which owns it until its commit and the checkpoint saved right
+after; the loop waits for it before sealing the next one. Other threads (CLI, signal consumer) only
+put commands (:mod:`gtidsnap.core.commands`) on :attr:`Engine.commands`. What the loop does next is
+chosen by :func:`gtidsnap.engine.loop_step.next_step` from plain facts; the planner answers with what
+became of each chunk as plain data; the engine applies those answers to its state.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.commands import (
+    Command,
+    PauseSnapshots,
+    ResumeSnapshots,
+    SetChunkDelay,
+    SetChunkSize,
+    Shutdown,
+    SignalReceived,
+    StartSnapshot,
+    StopSnapshot,
+)
+from gtidsnap.core.errors import SchemaError, stored_reason
+from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
+from gtidsnap.core.plan import SnapshotContext, TableProgress
+from gtidsnap.core.ports import (
+    CheckpointPort,
+    ChunkReaderPool,
+    DrainingSink,
+    ReplicaPort,
+    Sink,
+    StreamFactory,
+    StreamPort,
+)
+from gtidsnap.core.records import Emitted, Record, change_record, emitted_rows, snapshot_output
+from gtidsnap.core.run_stats import RunStats
+from gtidsnap.core.schema import TableSchema
+from gtidsnap.core.schema_cache import SchemaCache
+from gtidsnap.core.signal_ledger import SignalLedger
+from gtidsnap.engine.checkpoint_store import resumable
+from gtidsnap.engine.committer import Commits
+from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step
+from gtidsnap.engine.stream_pump import PumpedStream, ShapesForgotten
+from gtidsnap.snapshot.planner import (
+    ChunkPlanner,
+    ChunksFailed,
+    ChunksPlanned,
+    ChunksRedone,
+    Output,
+    ShapeChanged,
+    SnapshotFailed,
+)
+from gtidsnap.snapshot.readers import InlineChunkReaders
+from gtidsnap.snapshot.request import checked_request
+from gtidsnap.snapshot.windows import ChunkOut
+
+log = logging.getLogger("gtidsnap.engine.loop")
+TX_BURST = 1000  # events of one transaction read in a row before the loop takes a turn
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+class Engine:
+    """Snapshot + stream, resumable. Build it with adapters, call :meth:`run`."""
+
+    def __init__(
+        self,
+        replica: ReplicaPort,
+        open_stream: StreamFactory,
+        sink: Sink,
+        store: CheckpointPort,
+        settings: EngineSettings | None = None,
+        captured: Iterable[TableId] = (),
+        surrogate_keys: dict[TableId, tuple[str, ...]] | None = None,
+        on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
+        on_started: Callable[[Engine], None] | None = None,
+        schemas: SchemaCache | None = None,
+        readers: ChunkReaderPool | None = None,
+    ) -> None:
+        self.replica = replica
+        self.open_stream = open_stream
+        self.sink = sink
+        self.store = store
+        self.settings = settings or EngineSettings()
+        self.captured: set[TableId] = set(captured)
+        self.surrogate_keys = dict(surrogate_keys or {})
+        self.on_progress = on_progress
+        self.on_started = on_started
+        self.commands: queue.Queue[Command] = queue.Queue()
+        self.stats = RunStats()
+        # shared with the sink when the runner builds both (gtidsnap.core.schema_cache)
+        self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
+        self._in_tx = False
+        self._stop = False
+        self._last_chunk_at = 0.0
+        self._commits = Commits(sink, store)
+        # No pool given: one reader on this thread, one chunk at a time (the stream's pump reads on
+        # meanwhile; the loop pauses for one chunk's SELECT at most, its time kept as chunk_pause_s).
+        self.readers: ChunkReaderPool = readers or InlineChunkReaders(
+            replica, readers=1, ranges=1, pauses_s=self.stats.chunk_pause_s
+        )
+        self._chunks: ChunkPlanner | None = None  # set while run() runs
+
+    # ------------------------------------------------------------------ start and resume
+    def _resume(self) -> None:
+        checkpoint = resumable(self.store, self.replica, self._flavor())
+        if checkpoint is None:
+            self.processed = self.replica.executed()
+            self.seq = 1
+            self.context = SnapshotContext()
+            self.signals = SignalLedger()
+            self.sink.open(None)
+            log.info("first run: streaming from the replica's executed set %s", self.processed)
+            self._commit()  # so a crash before the first commit resumes from here, not later
+        else:
+            self.processed = checkpoint.processed
+            self.seq = checkpoint.next_seq
+            self.context = checkpoint.context
+            self.signals = checkpoint.signals.copy()
+            self.sink.open(checkpoint.sink_position)
+            log.info("resuming after %s at record %d", self.processed, self.seq)
+        # A table once snapshotted stays captured: its mirror must keep following the binlog.
+        self.captured.update(t.table for t in self.context.tables)
+
+    def request_snapshot(self, tables: Sequence[TableId], condition: str | None = None) -> None:
+        """Queue snapshots of tables never snapshotted before (a restart does not redo finished ones)."""
+        self.captured.update(tables)
+        known = {t.table for t in self.context.tables}
+        new = [t for t in tables if t not in known]
+        if new:
+            self._apply(StartSnapshot(tuple(new), condition))
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, snapshot: Sequence[TableId] = (), until_caught_up: bool = False) -> RunStats:
+        """Run until :class:`Shutdown` (or, with ``until_caught_up``, until snapshots are done and the
+        stream has reached the replica's executed set read at that moment)."""
+        self.readers.start()  # reader processes start up while the engine does
+        try:
+            self._resume()
+            self.request_snapshot(snapshot)
+            if self.on_started is not None:
+                self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
+            stream: StreamPort = self.open_stream(self.processed, self._schema_of)
+        except BaseException:
+            self.readers.close()
+            raise
+        target: GtidSet | None = None
+        self._commits.start_background()
+        # A JSON-lines sink takes rows its readers already wrote as JSON: the engine only splices.
+        encode = bool(getattr(self.sink, "takes_encoded_rows", False))
+        chunks = self._chunks = ChunkPlanner(
+            self.replica, self.readers, self.schemas, self.processed, encode=encode, stats=self.stats
+        )
+        pump = PumpedStream(ShapesForgotten(stream, self.schemas))  # pumped while readers work
+        try:
+            while not self._stop:
+                self._commits.check()
+                self._drain_commands()
+                if self._stop:
+                    break
+                if not self._in_tx and self._commits.due(self.settings):
+                    self._commit()  # also between chunks: a snapshot of an idle source never reads the stream
+                if not self._in_tx:
+                    self._emit(chunks.collect())  # finished reads go out between transactions
+                facts = self._facts(until_caught_up)
+                step = next_step(facts)
+                if not self._in_tx:  # a pump thread only while readers have work
+                    if facts.snapshots_waiting or chunks.busy:
+                        pump.pump()
+                    else:
+                        pump.unpump()
+                if step is Step.TAKE_CHUNK and self._plan_chunks():
+                    continue
+                if step is Step.SLEEP:
+                    time.sleep(facts.chunk_wait_s)  # cheaper than a heartbeat-long read of an idle stream
+                    continue
+                if step is Step.CHECK_CAUGHT_UP:
+                    if target is None:
+                        target = self.replica.executed()
+                        log.info("snapshots done; streaming up to %s", target)
+                    if target <= self.processed:
+                        break
+                # readers at work: look again soon; otherwise wait as long as commands allow
+                event = pump.next(0.002 if chunks.busy else 0.1)
+                if event is not None:
+                    self._on_event(event)
+                    self._rest_of_transaction(lambda: pump.next(0.1))
+                if not self._in_tx and self._commits.due(self.settings):
+                    self._commit()
+            if not self._in_tx:
+                if isinstance(self.sink, DrainingSink):
+                    self.sink.drain()  # the output is whole when a run ends (a deferred MERGE, say)
+                self._commit()
+            self._commits.finish()
+        finally:
+            self._commits.abandon()  # already failing: the first error goes out
+            chunks.close()
+            self._chunks = None
+            pump.close()
+            self.sink.close()
+        return self.stats
+
+    def _rest_of_transaction(self, read: Callable[[], BinlogEvent | None]) -> None:
+        """The transaction being read, up to ``TX_BURST`` events, without the loop's turn per event:
+        inside a transaction the loop only reads (chunks, commits and finished reads wait for its
+        end); commands and a failed background commit are looked at after the burst."""
+        for _ in range(TX_BURST):
+            if not self._in_tx:
+                return
+            event = read()
+            if event is None:
+                return
+            self._on_event(event)
+
+    def _facts(self, until_caught_up: bool) -> LoopFacts:
+        """What :func:`gtidsnap.engine.loop_step.next_step` chooses from."""
+        return LoopFacts(
+            between_transactions=not self._in_tx,
+            snapshots_waiting=bool(self.context.pending()) and not self.context.paused,
+            chunk_wait_s=self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic(),
+            until_caught_up=until_caught_up,
+        )
+
+    # ------------------------------------------------------------------ commands
+    def _drain_commands(self) -> None:
+        if not self.commands.queue:  # checked once per event: a lock-free look (len of a deque is atomic)
+            return  # spares the lock and the raised queue.Empty, ~3% of streaming time when profiled
+        while True:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                return
+            self._apply(command)
+
+    def _apply(self, command: Command) -> None:
+        if isinstance(command, SignalReceived):
+            self._apply_signal(command)
+            return
+        if isinstance(command, StartSnapshot):
+            for table, condition in checked_request(command, self.replica.tables, self.schemas).items():
+                self.captured.add(table)
+                self.context = self.context.enqueue([table], condition)
+        elif isinstance(command, StopSnapshot):
+            if self._chunks is not None:  # rows already streamed stay; the chunks in flight are dropped
+                self._emit(self._chunks.stop(command.tables))
+            self.context = self.context.stop(command.tables)
+        elif isinstance(command, PauseSnapshots | ResumeSnapshots):
+            self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
+        elif isinstance(command, SetChunkSize | SetChunkDelay):
+            self.settings = self.settings.tuned(command)
+        elif isinstance(command, Shutdown):
+            self._stop = True
+        log.info("command %s applied", command)
+
+    def _apply_signal(self, signal: SignalReceived) -> None:
+        """Act on a signal once; the ledger records what became of it with its offset."""
+        recorded = self.signals.act_once(signal, self._apply)
+        if recorded is None:
+            return  # already consumed before a restart
+        (log.warning if recorded.outcome.startswith("refused") else log.info)(
+            "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, recorded.outcome
+        )
+        self._commits.uncommitted += 1  # checkpoint soon: the offset must be durable
+
+    # ------------------------------------------------------------------ schemas
+    def _schema_of(self, table: TableId) -> TableSchema | None:
+        """The binlog adapter's question: is this table captured, and with which shape?"""
+        if table not in self.captured:
+            return None
+        try:
+            return self.schemas.get(table)
+        except SchemaError as exc:
+            log.error("cannot capture %s: %s", table, exc)
+            self.captured.discard(table)
+            return None
+
+    # ------------------------------------------------------------------ chunks
+    def _plan_chunks(self) -> bool:
+        """Hand the next ranges of the current table to free readers (:mod:`gtidsnap.snapshot.planner`);
+        False when none is free (the loop reads the stream meanwhile)."""
+        chunks = self._chunks
+        assert chunks is not None
+        progress = self.context.current()
+        assert progress is not None
+        if not chunks.has_room(progress):
+            return False
+        most = 1 if self.settings.chunk_delay_s > 0 else chunks.in_flight
+        outcome = chunks.plan(
+            progress, self.context.first_snapshot(progress.table), self.settings.chunk_size, most
+        )
+        if isinstance(outcome, ChunksPlanned | ShapeChanged):
+            self.context = self.context.update(outcome.progress)
+        elif isinstance(outcome, SnapshotFailed):
+            self.context = self._finish(outcome.progress.failed(stored_reason(str(outcome.error))))
+        else:
+            self.context = self._finish(outcome.progress)
+        self._last_chunk_at = time.monotonic()
+        return True
+
+    def _progress_of(self, table: TableId) -> TableProgress:
+        return next(t for t in self.context.tables if t.table == table and not t.done)
+
+    def _finish(self, progress: TableProgress) -> SnapshotContext:
+        self._report()
+        return self.context.update(progress.finished())
+
+    # ------------------------------------------------------------------ events and outputs
+    def _on_event(self, event: BinlogEvent) -> None:
+        assert self._chunks is not None
+        self._emit(self._chunks.feed(event))
+        if isinstance(event, TxBegin):
+            self._in_tx = True
+        elif isinstance(event, TxCommit):
+            self._in_tx = False
+            self.processed = self.processed.add(event.gtid)
+        elif isinstance(event, SchemaChange):
+            for table in event.tables:
+                self.schemas.forget(table)  # read again, with the new shape, when next needed
+            self._unfresh(event.tables)
+
+    def _emit(self, outputs: Iterable[Output]) -> None:
+        records: list[Emitted] = []
+        for out in outputs:
+            if isinstance(out, RowChange) and out.table in self.captured:
+                records.append(self._record_of_change(out))
+            elif isinstance(out, ChunkOut):
+                records.extend(self._records_of_chunk(out))
+            elif isinstance(out, ChunksRedone):
+                log.info("chunks of %s dropped, reading them again: %s", out.table, out.reason)
+            elif isinstance(out, ChunksFailed):
+                log.error("snapshot of %s stopped: %s", out.table, out.error)
+                failed = self._progress_of(out.table).failed(stored_reason(str(out.error)))
+                self.context = self._finish(failed)
+        if records:
+            self.sink.write(records)
+            count = emitted_rows(records)
+            self._commits.uncommitted += count
+            self.stats.records += count
+
+    def _unfresh(self, tables: Iterable[TableId]) -> None:
+        """A DDL of a table being snapshotted may change its key order (a collation, a type): the
+        rest of that snapshot goes to a Delta mirror by merge, never as appends."""
+        progress = self.context.current()
+        if progress is not None and progress.fresh and progress.table in set(tables):
+            self.context = self.context.update(progress.not_fresh())
+
+    def _record_of_change(self, change: RowChange) -> Record:
+        self.seq += 1
+        return change_record(change, self.seq - 1)
+
+    def _records_of_chunk(self, chunk: ChunkOut) -> list[Emitted]:
+        """A chunk goes out: its surviving rows as records; the table's progress moves past its range
+        (done if it was the last). ``chunk.key_columns``: the key of the shape the rows were read with
+        (the stream's pump forgets shapes at a DDL before this thread reaches it; a renamed table has
+        none to read)."""
+        progress = self._progress_of(chunk.table)
+        table, rows = chunk.table, chunk.rows
+        records = snapshot_output(table, rows, chunk.key_columns, self.seq, progress.fresh, int(time.time()))
+        self.seq += len(rows)
+        progress = progress.chunk_read(chunk.upto, len(rows))
+        if rows:
+            self.context = self.context.emitted(table)
+        self.context = self._finish(progress) if chunk.last else self.context.update(progress)
+        self.stats.chunks += 1
+        self.stats.snapshot_rows += len(rows)
+        self._report()
+        return records
+
+    # ------------------------------------------------------------------ commits
+    def _commit(self) -> None:
+        """Output and checkpoint advance together (:class:`gtidsnap.engine.committer.Commits`)."""
+        state = Checkpoint(self._flavor(), self.processed, self.seq, None, self.context, self.signals.copy())
+        self._commits.commit(state)
+        self._report()
+
+    def _flavor(self) -> str:
+        return str(getattr(self.replica.flavor, "value", self.replica.flavor))
+
+    def _report(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.context, self.stats)

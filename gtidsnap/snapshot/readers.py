@@ -1,0 +1,297 @@
+"""Chunk readers: the SELECT of a chunk's range and its high watermark, in processes of their own.
+
+A chunk's rows cost the client more CPU than anything else in a snapshot (PyMySQL's parsing of the
+result set, then normalising each value): on the engine's thread they stop the stream and cap the
+snapshot at one core. Here each reader is a process with its own read-only connection; it SELECTs a
+key range the engine planned (:mod:`gtidsnap.snapshot.planner`), normalises and keys the rows, reads
+the executed set right after (the chunk's high watermark, before subtracting ``lw``) and sends it all
+back. The window opened at the stream's position when the job was handed out (its ``lw``): before
+its SELECT the reader makes sure every transaction of ``lw`` is visible to it
+(:mod:`gtidsnap.source.low_watermark`; the visible set it read with its previous chunk's high watermark
+usually shows it, so it costs no round trip), which spares the engine's thread a round trip per
+chunk. The engine's loop never waits for a reader: it collects what is finished. For a JSON-lines
+output (``ChunkJob.encode``) the reader also writes each row's JSON
+(:func:`gtidsnap.core.records.snapshot_line_body`), so the engine's thread, the snapshot's limit once
+chunks are read elsewhere, only splices it into the row's line; bytes also cost less to send than
+values.
+
+The pool is the standard library's ``ProcessPoolExecutor`` with the ``spawn`` start method (the
+engine's process has threads, a Kafka client and perhaps a JVM: forking it is unsafe). A reader's
+connection opens on its first job, so a refused login or a lost server reaches the engine as that
+job's failure. Failures travel as the error's type name and message (gtidsnap's errors are rebuilt by
+:func:`rebuilt_error`, so ``retryable`` and the CLI's exit code survive); a reader process that dies
+(kill -9, out of memory) breaks the pool: :meth:`ProcessChunkReaders.collect` reports ``broken`` and
+the pool is built anew on the next submit, the engine reading the lost ranges again.
+
+:class:`InlineChunkReaders` runs the same jobs on a replica object in the calling thread: the engine's
+own reader when ``snapshot.readers = 0``, and unit tests, deciding when each read finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+from gtidsnap.core.errors import (
+    ConfigError,
+    FatalSourceError,
+    FilterError,
+    GtidsnapError,
+    PrerequisiteError,
+    QueryError,
+    SchemaError,
+    SourceError,
+)
+from gtidsnap.core.gtid import parse_gtid_set
+from gtidsnap.core.ports import ChunkJob, ChunkRead, ReplicaPort
+from gtidsnap.core.records import encoded_chunk_rows, split_chunk_rows
+from gtidsnap.source.connection import ConnectionSettings
+from gtidsnap.source.low_watermark import LowWatermark
+
+log = logging.getLogger(__name__)
+
+PARENT_CHECK_S = 0.5  # how often a reader checks that its engine is alive
+
+
+def read_chunk(replica: ReplicaPort, job: ChunkJob, watermark: LowWatermark | None = None) -> ChunkRead:
+    """One job on ``replica``: once ``job.lw`` is visible (:meth:`LowWatermark.ensure_visible`; the
+    visible set read with the previous chunk's ``hw`` usually shows it, so no round trip), the SELECT,
+    then the executed set, ``hw`` (so it covers the SELECT), with the visible set for the next job.
+    ``watermark``: the reader's own, kept from job to job."""
+    started = time.perf_counter()
+    watermark = watermark if watermark is not None else LowWatermark(replica)
+    gave_up = watermark.gave_up
+    try:
+        if job.lw:
+            watermark.ensure_visible(parse_gtid_set(str(replica.flavor), job.lw))
+        chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
+        executed, visible = replica.executed_and_visible()
+        watermark.saw(visible)
+        keys, rows = (
+            encoded_chunk_rows(chunk.rows, job.schema.key) if job.encode else split_chunk_rows(chunk.rows)
+        )
+    except GtidsnapError as exc:
+        return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
+    warning = watermark.gave_up if watermark.gave_up != gave_up else None
+    seconds = time.perf_counter() - started
+    return ChunkRead(job.window, keys, rows, str(executed), os.getpid(), seconds, warning=warning or "")
+
+
+_ERRORS: dict[str, Callable[[str], GtidsnapError]] = {
+    cls.__name__: cls
+    for cls in (ConfigError, SourceError, FatalSourceError, QueryError, SchemaError, FilterError)
+}
+_ERRORS[PrerequisiteError.__name__] = lambda message: PrerequisiteError([message])
+
+
+def rebuilt_error(read: ChunkRead) -> GtidsnapError:
+    """The reader's failure as the engine's own error type (unknown types: a retryable SourceError)."""
+    make = _ERRORS.get(read.error_type or "", SourceError)
+    return make(read.error)
+
+
+# ----------------------------------------------------------------------------- in processes
+
+_worker_settings: ConnectionSettings | None = None
+# In a reader process (or a Spark executor's Python worker): one connection per replica, and what it
+# saw last, for every job the process runs.
+_connections: dict[ConnectionSettings, tuple[ReplicaPort, LowWatermark]] = {}
+
+
+def worker_connection(settings: ConnectionSettings) -> tuple[ReplicaPort, LowWatermark]:
+    """This process's connection to the replica of ``settings``, opened on first use, with its
+    :class:`LowWatermark`; raises what connecting raises."""
+    found = _connections.get(settings)
+    if found is None:
+        from gtidsnap.source.replica import Replica  # the reader's process imports it, the engine's has it
+
+        replica = Replica(settings)
+        found = _connections[settings] = (replica, LowWatermark(replica))
+    return found
+
+
+def read_with(settings: ConnectionSettings, job: ChunkJob) -> ChunkRead:
+    """``job`` on this process's connection to ``settings``' replica; a refused connection is the job's
+    failure, sent back as data."""
+    try:
+        replica, watermark = worker_connection(settings)
+    except GtidsnapError as exc:
+        return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
+    return read_chunk(replica, job, watermark)
+
+
+def _worker_start(settings: ConnectionSettings, engine_pid: int) -> None:
+    global _worker_settings
+    _worker_settings = settings
+    threading.Thread(target=_exit_with_engine, args=(engine_pid,), daemon=True).start()
+
+
+def _exit_with_engine(engine_pid: int) -> None:
+    """A reader outlives a killed engine (kill -9) blocked on its job queue, holding a connection to
+    the replica: it checks twice a second that its engine is still its parent, and ends when not.
+    ``engine_pid`` comes from the engine, not from ``getppid()`` at start: an engine killed while its
+    readers start up has already handed them to another parent."""
+    while os.getppid() == engine_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
+
+
+def _worker_warm() -> None:
+    """A reader's first call, at the engine's start: the imports and the connection happen while the
+    engine starts up, not when the first chunk waits for them. A connection that fails here is opened
+    again by the first job, which reports the failure."""
+    assert _worker_settings is not None
+    with contextlib.suppress(GtidsnapError):
+        worker_connection(_worker_settings)
+
+
+def _worker_read(job: ChunkJob) -> ChunkRead:
+    """A job in a reader process, on the process's own connection (opened on first use)."""
+    assert _worker_settings is not None
+    return read_with(_worker_settings, job)
+
+
+@dataclass
+class ProcessChunkReaders:
+    """``size`` reader processes, each with its own connection to the replica (see the module doc)."""
+
+    settings: ConnectionSettings
+    readers: int
+    _pool: ProcessPoolExecutor | None = None
+    _futures: list[Future[ChunkRead]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.readers
+
+    @property
+    def in_flight(self) -> int:
+        return 2 * self.readers
+
+    def start(self) -> None:
+        """Start the reader processes now, each importing what it needs and connecting (a new Python
+        process takes ~0.5 s of CPU to get there), so they are ready when the first chunk is planned."""
+        pool = self._started()
+        for _ in range(self.readers):  # one call each: each call on an idle pool starts a process
+            pool.submit(_worker_warm)
+
+    def _started(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(
+                self.readers,
+                mp_context=context,
+                initializer=_worker_start,
+                initargs=(self.settings, os.getpid()),
+            )
+        return self._pool
+
+    def submit(self, job: ChunkJob) -> None:
+        self._started()
+        assert self._pool is not None
+        try:
+            self._futures.append(self._pool.submit(_worker_read, job.portable()))
+        except BrokenProcessPool:
+            self._futures.append(_broken_future())
+
+    def collect(self) -> tuple[list[ChunkRead], bool]:
+        if not self._futures:
+            return [], False
+        done = [f for f in self._futures if f.done()]
+        if not done:
+            return [], False
+        reads: list[ChunkRead] = []
+        broken = False
+        for future in done:
+            try:
+                reads.append(future.result())
+            except BrokenProcessPool:
+                broken = True
+        if broken:
+            log.warning("a chunk reader process died; its pool is started again and the chunks read again")
+            self._drop_pool()
+            return [], True
+        # Keep exactly the futures not read above: one finishing meanwhile is read next time, never lost.
+        self._futures = [f for f in self._futures if f not in done]
+        return reads, False
+
+    def _drop_pool(self) -> None:
+        pool, self._pool, self._futures = self._pool, None, []
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        self._drop_pool()
+
+
+def _broken_future() -> Future[ChunkRead]:
+    future: Future[ChunkRead] = Future()
+    future.set_exception(BrokenProcessPool("the reader pool is broken"))
+    return future
+
+
+# ----------------------------------------------------------------------------- in this thread
+
+
+@dataclass
+class InlineChunkReaders:
+    """Jobs run on ``replica`` in the caller's thread: at once on :meth:`collect` with ``eager`` (the
+    engine's reader with ``snapshot.readers = 0``, one range in flight: the loop pauses for one
+    chunk's read at a time, each pause appended to ``pauses_s``), or when :meth:`finish` says so
+    (unit tests decide when each read finishes)."""
+
+    replica: ReplicaPort
+    readers: int = 2
+    eager: bool = True
+    queued: list[ChunkJob] = field(default_factory=list)
+    _done: list[ChunkRead] = field(default_factory=list)
+    broken: bool = False
+    _watermark: LowWatermark | None = None
+    ranges: int | None = None  # ranges in flight (None: two per reader)
+    pauses_s: list[float] | None = None
+
+    @property
+    def size(self) -> int:
+        return self.readers
+
+    @property
+    def in_flight(self) -> int:
+        return self.ranges if self.ranges is not None else 2 * self.readers
+
+    def start(self) -> None:
+        pass
+
+    def submit(self, job: ChunkJob) -> None:
+        self.queued.append(job)
+
+    def finish(self, windows: Iterable[int] | None = None) -> None:
+        """Run the queued jobs of ``windows`` (all when None) now; they are collected next."""
+        wanted = None if windows is None else set(windows)
+        for job in [j for j in self.queued if wanted is None or j.window in wanted]:
+            self.queued.remove(job)
+            if self._watermark is None:
+                self._watermark = LowWatermark(self.replica)
+            read = read_chunk(self.replica, job, self._watermark)
+            if self.pauses_s is not None:
+                self.pauses_s.append(read.seconds)
+            self._done.append(read)
+
+    def collect(self) -> tuple[list[ChunkRead], bool]:
+        if self.broken:
+            self.broken, self.queued, self._done = False, [], []
+            return [], True
+        if self.eager:
+            self.finish()
+        done, self._done = self._done, []
+        return done, False
+
+    def close(self) -> None:
+        self.queued.clear()

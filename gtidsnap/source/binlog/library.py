@@ -1,0 +1,55 @@
+"""What python-mysql-replication 1.0.17 needs from gtidsnap to be used safely, kept apart from the
+binlog adapter (:mod:`gtidsnap.source.binlog.stream`): the event types it cannot decode (which must stop the
+stream, not be skipped), a guard against its silent redial from the start
+position, and the empty GTID set it accepts as "from the beginning"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+# Event types 1.0.17 cannot decode and that must not be skipped silently (they hold rows or GTIDs).
+UNSUPPORTED_EVENT_TYPES = {
+    40: "a compressed transaction payload (set binlog_transaction_compression=OFF)",
+    42: "a tagged GTID (MySQL 8.4 gtid tags are not supported by python-mysql-replication 1.0.17)",
+    165: "a compressed query event (set log_bin_compress=OFF)",
+    166: "a compressed row event (set log_bin_compress=OFF)",
+    167: "a compressed row event (set log_bin_compress=OFF)",
+    168: "a compressed row event (set log_bin_compress=OFF)",
+    169: "a compressed row event (set log_bin_compress=OFF)",
+    170: "a compressed row event (set log_bin_compress=OFF)",
+    171: "a compressed row event (set log_bin_compress=OFF)",
+}
+
+
+class LibraryReconnect(Exception):
+    """Raised from inside ``fetchone`` when the library tries to redial on its own (see the docstring
+    of :mod:`gtidsnap.source.binlog.stream`: its redial would start over from the original position)."""
+
+
+class GuardedConnect:
+    """``pymysql_wrapper`` that opens one dump connection only; the control one is told apart by
+    the ``cursorclass`` the library gives it."""
+
+    def __init__(self) -> None:
+        self.dump: pymysql.connections.Connection | None = None
+
+    def __call__(self, **kwargs: Any) -> pymysql.connections.Connection:
+        if "cursorclass" in kwargs:
+            if "db" in kwargs:  # the library still uses PyMySQL's deprecated name
+                kwargs["database"] = kwargs.pop("db")
+            return pymysql.connect(**kwargs)
+        if self.dump is not None:
+            raise LibraryReconnect("connection lost (the library tried to redial from its start position)")
+        self.dump = pymysql.connect(**kwargs)
+        return self.dump
+
+
+class EmptyMysqlPosition(list[str]):
+    """An empty GTID set the library accepts as ``auto_position``: it tests ``if not auto_position``
+    (an empty string would mean "start at the current binlog position", not "from the beginning")
+    and encodes a list of GTIDs, here none."""
+
+    def __bool__(self) -> bool:
+        return True

@@ -1,0 +1,114 @@
+"""The command line's own behaviour, without servers: one line per error, markup never interpreted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gtidsnap import runner
+from gtidsnap.cli import app as cli
+from gtidsnap.config.loading import Config
+from gtidsnap.core.errors import (
+    ConfigError,
+    FatalSourceError,
+    GtidsnapError,
+    QueryError,
+    SinkError,
+    SourceError,
+)
+from gtidsnap.core.run_stats import RunStats
+from gtidsnap.source import replica
+
+
+def boom(args: list[str]) -> None:
+    raise RuntimeError("a [bold]bug[/] in\nthree\nlines")
+
+
+def test_an_unexpected_exception_is_one_line_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "app", lambda args: boom(args))
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["status"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1
+    assert err.count("\n") == 1 and err.startswith("error: unexpected RuntimeError: a [bold]bug[/] in three")
+    assert "--verbose" in err and "Traceback" not in err
+
+
+def test_verbose_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "app", lambda args: boom(args))
+    with pytest.raises(RuntimeError, match="bug"):
+        cli.main(["run", "--verbose"])
+
+
+def test_user_text_is_printed_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    cli.error_line("table db.[/x] and [sorce] and [bold red]")
+    assert capsys.readouterr().err == "error: table db.[/x] and [sorce] and [bold red]\n"
+
+
+@pytest.mark.parametrize(
+    ("error", "hinted"),
+    [
+        (SourceError("cannot connect to the replica a@127.0.0.1:1: refused"), True),
+        (SinkError("the Delta commit failed: disk full"), True),
+        (FatalSourceError("the binlog stream was refused: purged"), False),
+        (QueryError("the replica refused a chunk: 1054"), False),
+        (ConfigError("unknown section [sorce]"), False),
+    ],
+)
+def test_an_error_says_whether_the_same_command_again_may_pass(
+    error: GtidsnapError, hinted: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(typer.Exit) as stopped:
+        cli._fail(error)
+    err = capsys.readouterr().err
+    assert stopped.value.exit_code == 1 and err.startswith(f"error: {error}\n")
+    assert (cli.RETRY_HINT in err) is hinted and err.count("error:") == 1
+
+
+class _NoReplica:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def __enter__(self) -> _NoReplica:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("args", "readers", "pool"),
+    [
+        (["--readers", "3"], 3, "processes"),
+        (["--readers", "0"], 0, "processes"),
+        (["--readers", "4", "--reader-pool", "spark"], 4, "spark"),
+    ],
+)
+def test_run_readers_flag_reaches_the_config(
+    args: list[str], readers: int, pool: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    seen: list[Config] = []
+
+    def run_engine(cfg: Config, *rest: Any) -> RunStats:
+        seen.append(cfg)
+        return RunStats()
+
+    monkeypatch.setenv("GTIDSNAP_SNAPSHOT_READERS", "5")  # the flag wins over the environment
+    monkeypatch.setattr(replica, "Replica", _NoReplica)
+    monkeypatch.setattr(runner, "run_engine", run_engine)
+    monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
+    result = CliRunner().invoke(cli.app, ["run", "--checkpoint", str(tmp_path / "cp.json"), *args])
+    assert result.exit_code == 0, result.output
+    assert [(c.snapshot.readers, c.snapshot.reader_pool) for c in seen] == [(readers, pool)]
+
+
+def test_run_readers_flag_refuses_a_negative_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
+    result = CliRunner().invoke(cli.app, ["run", "--readers", "-1"])
+    assert result.exit_code == 1
+    assert "flag snapshot.readers must be from 0 to 64, got -1" in result.output

@@ -1,0 +1,525 @@
+"""The config's strict validation: every wrong value is refused with one line naming where it came
+from, the value and what is expected; good values layer TOML < environment < flags; defaults exist
+once, in the models; the password never shows."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from gtidsnap.config.loading import (
+    DEFAULTS,
+    SECTIONS,
+    Config,
+    SignalSettings,
+    SinkSettings,
+    SnapshotSection,
+    SnapshotSettings,
+    SourceSection,
+    load_config,
+    parse_table_name,
+)
+from gtidsnap.config.settings import MAX_DEFAULT_READERS, default_readers
+from gtidsnap.core.errors import ConfigError
+from gtidsnap.core.model import SYSTEM_SCHEMAS, TableId
+from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
+
+PASSWORD = "hunter2-Sup3r-s3cret"
+
+
+def write(tmp_path: Path, text: str, name: str = "gtidsnap.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def refused(
+    path: Path | None,
+    env: dict[str, str] | None = None,
+    flags: dict[str, Any] | None = None,
+    password: bool = True,
+) -> str:
+    """The error's text, checked to be one line that never holds the password (set in the env)."""
+    env = {**(env or {}), **({"GTIDSNAP_SOURCE_PASSWORD": PASSWORD} if password else {})}
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env, flags)
+    text = str(err.value)
+    assert text and "\n" not in text and "\r" not in text
+    assert PASSWORD not in text
+    return text
+
+
+# --------------------------------------------------------------------------- bad TOML values
+
+BAD_TOML = [
+    # (toml, field, value as shown, what is expected)
+    ('[sink]\nchangelog = "false"\n', "sink.changelog", "'false'", "is not a boolean: write true or false"),
+    ("[sink]\nchangelog = 1\n", "sink.changelog", "= 1", "is not a boolean"),
+    ("[source]\nport = 33062.9\n", "source.port", "33062.9", "is not an integer"),
+    ("[source]\nport = true\n", "source.port", "True", "is not an integer"),
+    ('[source]\nport = "3306"\n', "source.port", "'3306'", "is not an integer"),
+    ("[source]\nport = 0\n", "source.port", "got 0", "from 1 to 65535"),
+    ("[source]\nport = 65536\n", "source.port", "65536", "from 1 to 65535"),
+    ("[source]\nhost = 5\n", "source.host", "5", "is not a string"),
+    ('[source]\nhost = ""\n', "source.host", "''", "must not be empty"),
+    ("[source]\nconnect_timeout_s = 0\n", "source.connect_timeout_s", "got 0", "more than 0"),
+    ("[source]\nconnect_timeout_s = -1.5\n", "source.connect_timeout_s", "-1.5", "more than 0"),
+    ("[source]\nconnect_timeout_s = 4e7\n", "source.connect_timeout_s", "40000000.0", "at most 31536000"),
+    ("[source]\nstatement_timeout_s = 0\n", "source.statement_timeout_s", "got 0", "positive"),
+    ('[source]\nstatement_timeout_s = "30"\n', "source.statement_timeout_s", "'30'", "is not a number"),
+    ('[source]\ntls = "maybe"\n', "source.tls", "'maybe'", "must be disabled, preferred or required"),
+    ('[source]\ntls = "required"\n', "source.tls", "'required'", "needs source.ca"),
+    ('[source]\nca = "/nonexistent/ca.pem"\n', "source.ca", "/nonexistent/ca.pem", "cannot be read"),
+    ("[snapshot]\nchunk_size = true\n", "snapshot.chunk_size", "True", "is not an integer"),
+    ("[snapshot]\nchunk_size = 0\n", "snapshot.chunk_size", "got 0", "must be positive"),
+    ("[snapshot]\nchunk_size = 10.0\n", "snapshot.chunk_size", "10.0", "is not an integer"),
+    ("[snapshot]\nchunk_delay_ms = -1\n", "snapshot.chunk_delay_ms", "-1", "0 or more"),
+    ('[snapshot]\nchunk_delay_ms = "5"\n', "snapshot.chunk_delay_ms", "'5'", "is not a number"),
+    ("[snapshot]\nreaders = -1\n", "snapshot.readers", "-1", "from 0 to 64"),
+    ("[snapshot]\nreaders = 65\n", "snapshot.readers", "65", "from 0 to 64"),
+    ("[snapshot]\nreaders = 2.5\n", "snapshot.readers", "2.5", "is not an integer: write a whole number"),
+    ('[snapshot]\nreaders = "4"\n', "snapshot.readers", "'4'", "is not an integer: write it without quotes"),
+    ("[snapshot]\nreaders = true\n", "snapshot.readers", "True", "is not an integer"),
+    ("[binlog]\nheartbeat_s = 0\n", "binlog.heartbeat_s", "got 0", "positive"),
+    ("[binlog]\nheartbeat_s = true\n", "binlog.heartbeat_s", "True", "is not a number"),
+    ("[binlog]\nheartbeat_s = inf\n", "binlog.heartbeat_s", "inf", "is not a finite number"),
+    ("[binlog]\nserver_id = -1\n", "binlog.server_id", "-1", "from 0 to 4294967295"),
+    ("[binlog]\nserver_id = 4294967296\n", "binlog.server_id", "4294967296", "from 0 to 4294967295"),
+    ("[sink]\nbatch_rows = 0\n", "sink.batch_rows", "got 0", "positive"),
+    ("[sink]\nbatch_ms = -1\n", "sink.batch_ms", "-1", "0 or more"),
+    ("[sink]\nbatch_ms = 1.5\n", "sink.batch_ms", "1.5", "is not an integer"),
+    ('[sink]\ntype = "csv"\n', "sink.type", "'csv'", "must be jsonl or delta"),
+    ("[sink]\npath = 5\n", "sink.path", "5", "is not a string: write it in quotes"),
+    ("[checkpoint]\ninterval_s = 0\n", "checkpoint.interval_s", "got 0", "positive"),
+    ('[signals]\ntopic = ""\n', "signals.topic", "''", "must not be empty"),
+    ('[capture]\ntables = "shop.orders"\n', "capture.tables", "'shop.orders'", "is not a list"),
+    ('[capture]\ntables = ["orders"]\n', "capture.tables[0]", "'orders'", "must be written schema.table"),
+    ('[capture]\ntables = [".orders"]\n', "capture.tables[0]", "'.orders'", "must be written schema.table"),
+    ('[capture]\ntables = ["shop."]\n', "capture.tables[0]", "'shop.'", "must be written schema.table"),
+    ("[capture]\ntables = [5]\n", "capture.tables[0]", "5", "is not a string"),
+    ('[capture]\ntables = ["mysql.user"]\n', "capture.tables[0]", "mysql.user", "system schema mysql"),
+    ('[capture]\ntables = ["SYS.x"]\n', "capture.tables[0]", "SYS.x", "system schema SYS"),
+    (
+        '[capture]\ntables = ["shop.a", "Performance_Schema.threads"]\n',
+        "capture.tables[1]",
+        "Performance_Schema.threads",
+        "system schema",
+    ),
+    (
+        '[capture]\ntables = ["information_schema.tables"]\n',
+        "capture.tables[0]",
+        "information_schema.tables",
+        "system schema",
+    ),
+    (
+        '[capture]\nsurrogate_keys = { "shop.log" = "id" }\n',
+        "capture.surrogate_keys['shop.log']",
+        "'id'",
+        "is not a list",
+    ),
+    ('[capture]\nsurrogate_keys = { "t" = ["id"] }\n', "capture.surrogate_keys['t']", "'t'", "schema.table"),
+    (
+        '[capture]\nsurrogate_keys = { "shop.log" = [] }\n',
+        "capture.surrogate_keys['shop.log']",
+        "[]",
+        "must not be empty",
+    ),
+    (
+        '[capture]\nsurrogate_keys = { "shop.log" = ["ts", ""] }\n',
+        "capture.surrogate_keys['shop.log'][1]",
+        "''",
+        "must not be empty",
+    ),
+    (
+        '[capture]\nsurrogate_keys = { "shop.log" = ["id", "id"] }\n',
+        "capture.surrogate_keys['shop.log']",
+        "id",
+        "twice",
+    ),
+    (
+        '[capture]\nsurrogate_keys = { "mysql.user" = ["id"] }\n',
+        "capture.surrogate_keys",
+        "mysql.user",
+        "system schema mysql",
+    ),
+    (
+        '[capture]\nsurrogate_keys = ["shop.log"]\n',
+        "capture.surrogate_keys",
+        "['shop.log']",
+        "is not a table",
+    ),
+]
+
+
+@pytest.mark.parametrize(("toml", "name", "value", "expected"), BAD_TOML)
+def test_bad_toml_value_is_named(tmp_path: Path, toml: str, name: str, value: str, expected: str) -> None:
+    text = refused(write(tmp_path, toml))
+    assert text.startswith(f"{tmp_path / 'gtidsnap.toml'}: ")
+    assert name in text and value in text and expected in text
+
+
+def test_surrogate_key_string_is_not_split_into_letters(tmp_path: Path) -> None:
+    """The issue's case: "id" once became the columns i and d."""
+    text = refused(write(tmp_path, '[capture]\nsurrogate_keys = { "t" = "id" }\n'))
+    assert "schema.table" in text and "is not a list" in text and text.count("; ") == 1
+
+
+def test_tls_required_with_a_readable_ca_is_accepted(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    cfg = load_config(write(tmp_path, f'[source]\ntls = "REQUIRED"\nca = "{ca}"\n'), {})
+    assert cfg.source.tls is TlsMode.REQUIRED and cfg.source.ca == ca
+
+
+def test_ca_that_is_a_folder_is_refused(tmp_path: Path) -> None:
+    text = refused(write(tmp_path, f'[source]\ntls = "required"\nca = "{tmp_path}"\n'))
+    assert "source.ca" in text and str(tmp_path) in text and "cannot be read" in text
+
+
+def test_long_values_are_cut(tmp_path: Path) -> None:
+    text = refused(write(tmp_path, f'[capture]\ntables = ["{"x" * 500}"]\n'))
+    assert "x" * 60 in text and "x" * 200 not in text and "..." in text
+
+
+def test_several_problems_one_line_each_joined(tmp_path: Path) -> None:
+    text = refused(write(tmp_path, '[source]\nport = 0\n[sink]\nchangelog = "no"\n'))
+    first, second = text.split("; ")
+    assert "source.port" in first and "sink.changelog" in second
+
+
+# --------------------------------------------------------------------------- the file itself
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragments"),
+    [
+        ('[sorce]\nhost = "x"\n', ["unknown section [sorce]", "known sections: [source], [capture]"]),
+        ('[source]\nhots = "x"\n', ["unknown setting source.hots", "known: host, port"]),
+        ("source = 5\n", ["source = 5", "is not a table", "[source]"]),
+        ('host = "x"\n', ["host is outside any section", "known sections: [source]"]),
+        ("[source\n", ["is not valid TOML"]),
+        ('[source]\nhost = "a"\nhost = "b"\n', ["is not valid TOML"]),
+    ],
+)
+def test_bad_file_shape_is_named(tmp_path: Path, toml: str, fragments: list[str]) -> None:
+    text = refused(write(tmp_path, toml))
+    assert all(f in text for f in fragments), text
+
+
+def test_password_in_the_file_is_refused_without_showing_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, f'[source]\npassword = "{PASSWORD}"\n'), {})
+    assert "not read from files" in str(err.value) and PASSWORD not in str(err.value)
+
+
+def test_file_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[source]\nuser = "jos\xe9"\n'.encode("latin-1"))
+    assert "is not UTF-8" in refused(path)
+
+
+def test_file_is_a_folder(tmp_path: Path) -> None:
+    assert f"config file {tmp_path} is a folder" in refused(tmp_path)
+
+
+def test_file_missing(tmp_path: Path) -> None:
+    assert "does not exist" in refused(tmp_path / "absent.toml")
+
+
+# --------------------------------------------------------------------------- bad environment values
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        ({"GTIDSNAP_SOURCE_PORT": "abc"}, ["GTIDSNAP_SOURCE_PORT='abc' is not a valid integer"]),
+        ({"GTIDSNAP_SOURCE_PORT": "3306.0"}, ["GTIDSNAP_SOURCE_PORT='3306.0' is not a valid integer"]),
+        ({"GTIDSNAP_SOURCE_PORT": ""}, ["GTIDSNAP_SOURCE_PORT='' is not a valid integer"]),
+        ({"GTIDSNAP_SOURCE_PORT": "0"}, ["GTIDSNAP_SOURCE_PORT", "from 1 to 65535", "got 0"]),
+        ({"GTIDSNAP_SINK_CHANGELOG": "maybe"}, ["GTIDSNAP_SINK_CHANGELOG='maybe' is not a boolean"]),
+        ({"GTIDSNAP_SINK_CHANGELOG": "2"}, ["GTIDSNAP_SINK_CHANGELOG='2' is not a boolean"]),
+        (
+            {"GTIDSNAP_BINLOG_HEARTBEAT_S": "fast"},
+            ["GTIDSNAP_BINLOG_HEARTBEAT_S='fast' is not a valid number"],
+        ),
+        ({"GTIDSNAP_BINLOG_HEARTBEAT_S": "nan"}, ["GTIDSNAP_BINLOG_HEARTBEAT_S=nan", "finite number"]),
+        ({"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "0"}, ["GTIDSNAP_SNAPSHOT_CHUNK_SIZE", "positive", "got 0"]),
+        ({"GTIDSNAP_SNAPSHOT_READERS": "-1"}, ["GTIDSNAP_SNAPSHOT_READERS", "from 0 to 64", "got -1"]),
+        ({"GTIDSNAP_SNAPSHOT_READERS": "two"}, ["GTIDSNAP_SNAPSHOT_READERS='two' is not a valid integer"]),
+        ({"GTIDSNAP_SNAPSHOT_READERS": "1.5"}, ["GTIDSNAP_SNAPSHOT_READERS='1.5' is not a valid integer"]),
+        ({"GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S": "0"}, ["GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S", "more than 0"]),
+        ({"GTIDSNAP_SINK_TYPE": "csv"}, ["GTIDSNAP_SINK_TYPE", "must be jsonl or delta", "'csv'"]),
+        ({"GTIDSNAP_SOURCE_TLS": "required"}, ["GTIDSNAP_SOURCE_TLS='required'", "needs source.ca"]),
+        (
+            {"GTIDSNAP_CAPTURE_TABLES": "shop.a,mysql.user"},
+            ["GTIDSNAP_CAPTURE_TABLES", "system schema mysql"],
+        ),
+        ({"GTIDSNAP_CAPTURE_TABLES": "[1"}, ["GTIDSNAP_CAPTURE_TABLES='[1' is not a valid JSON array"]),
+        ({"GTIDSNAP_CAPTURE_TABLES": "[1]"}, ["GTIDSNAP_CAPTURE_TABLES=1 is not a string"]),
+        (
+            {"GTIDSNAP_CAPTURE_SURROGATE_KEYS": '{"shop.log": ["id"]}'},
+            ["GTIDSNAP_CAPTURE_SURROGATE_KEYS cannot be set from the environment", "config file"],
+        ),
+        (
+            {"GTIDSNAP_SOURCE_PASSWORD_FILE": "/nonexistent/pw"},
+            ["GTIDSNAP_SOURCE_PASSWORD_FILE", "cannot read the password file", "/nonexistent/pw"],
+        ),
+    ],
+)
+def test_bad_environment_value_is_named(env: dict[str, str], fragments: list[str]) -> None:
+    # with the password variable set the password file is not read, so leave it out for that case
+    text = refused(None, env, password="GTIDSNAP_SOURCE_PASSWORD_FILE" not in env)
+    assert all(f in text for f in fragments), text
+
+
+# --------------------------------------------------------------------------- bad flag values
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragments"),
+    [
+        ({"snapshot.chunk_size": 0}, ["flag snapshot.chunk_size", "positive", "got 0"]),
+        ({"snapshot.chunk_size": "10"}, ["flag snapshot.chunk_size = '10' is not an integer"]),
+        ({"snapshot.readers": -1}, ["flag snapshot.readers must be from 0 to 64, got -1"]),
+        ({"snapshot.readers": 2.0}, ["flag snapshot.readers = 2.0 is not an integer"]),
+        ({"source.port": True}, ["flag source.port = True is not an integer"]),
+        ({"sink.changelog": "false"}, ["flag sink.changelog = 'false' is not a boolean"]),
+        ({"checkpoint.path": ""}, ["flag checkpoint.path", "must not be empty"]),
+        ({"nope.x": 1}, ["unknown setting nope.x"]),
+        ({"source.password": PASSWORD}, ["unknown setting source.password"]),
+    ],
+)
+def test_bad_flag_value_is_named(flags: dict[str, Any], fragments: list[str]) -> None:
+    text = refused(None, flags=flags)
+    assert all(f in text for f in fragments), text
+
+
+# --------------------------------------------------------------------------- good values, layered
+
+
+def test_toml_then_environment_then_flags(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[source]\nhost = "10.0.0.5"\nport = 3307\nconnect_timeout_s = 3\n'
+        "[snapshot]\nchunk_size = 10\nchunk_delay_ms = 5\n"
+        '[sink]\ntype = "Delta"\nchangelog = false\npath = "from-file"\n'
+        '[signals]\nbootstrap = "k:9092"\n',
+    )
+    env = {
+        "GTIDSNAP_SOURCE_PORT": "3308",
+        "GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20",
+        "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "2.5",
+        "GTIDSNAP_SINK_CHANGELOG": "YES",
+        "GTIDSNAP_SIGNALS_BOOTSTRAP": "env:9092",
+        "GTIDSNAP_SOURCE_STATEMENT_TIMEOUT_S": "7.5",
+    }
+    cfg = load_config(path, env, {"snapshot.chunk_size": 30, "sink.path": "from-flag", "source.port": None})
+    assert cfg.source.host == "10.0.0.5" and cfg.source.port == 3308
+    assert cfg.source.connect_timeout == 3.0 and cfg.source.statement_timeout == 7.5
+    assert cfg.snapshot == SnapshotSettings(chunk_size=30, chunk_delay_s=0.0025)
+    assert cfg.sink.type == "delta" and cfg.sink.changelog is True and cfg.sink.path == "from-flag"
+    assert cfg.signals.bootstrap == "env:9092"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        *[("1", True), ("true", True), ("TRUE", True), ("Yes", True), (" on ", True)],
+        *[("0", False), ("false", False), ("No", False), ("OFF", False)],
+    ],
+)
+def test_environment_booleans(text: str, value: bool) -> None:
+    assert load_config(None, {"GTIDSNAP_SINK_CHANGELOG": text}).sink.changelog is value
+
+
+@pytest.mark.parametrize("text", ["shop.a, shop.b,,shop.a", '["shop.a", "shop.b"]'])
+def test_environment_lists(text: str) -> None:
+    cfg = load_config(None, {"GTIDSNAP_CAPTURE_TABLES": text})
+    assert cfg.tables == (TableId("shop", "a"), TableId("shop", "b"))
+
+
+def test_unknown_gtidsnap_variables_are_not_ours() -> None:
+    env = {"GTIDSNAP_STATE_DIR": "/x", "GTIDSNAP_DELTA_JARS": "a.jar", "GTIDSNAP_TEST_CRASH_AT": "x"}
+    assert load_config(None, env) == load_config(None, {})
+
+
+def test_surrogate_keys_and_tables(tmp_path: Path) -> None:
+    cfg = load_config(
+        write(
+            tmp_path,
+            '[capture]\ntables = ["shop.orders", "shop.orders", "shop.log"]\n'
+            'surrogate_keys = { "shop.log" = ["ts", "host"] }\n',
+        ),
+        {},
+    )
+    assert cfg.tables == (TableId("shop", "orders"), TableId("shop", "log"))
+    assert cfg.surrogate_keys == {TableId("shop", "log"): ("ts", "host")}
+
+
+def test_readers_from_toml_environment_and_flag(tmp_path: Path) -> None:
+    path = write(tmp_path, "[snapshot]\nreaders = 3\n")
+    assert load_config(path, {}).snapshot.readers == 3
+    assert load_config(path, {"GTIDSNAP_SNAPSHOT_READERS": " 5 "}).snapshot.readers == 5
+    assert (
+        load_config(path, {"GTIDSNAP_SNAPSHOT_READERS": "5"}, {"snapshot.readers": 7}).snapshot.readers == 7
+    )
+    assert load_config(None, {"GTIDSNAP_SNAPSHOT_READERS": "64"}).snapshot.readers == 64
+
+
+def test_zero_readers_is_the_engine_thread(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "[snapshot]\nreaders = 0\n"), {}).snapshot.readers == 0
+    assert load_config(None, {"GTIDSNAP_SNAPSHOT_READERS": "0"}).snapshot.readers == 0
+    assert load_config(None, {}, {"snapshot.readers": 0}).snapshot.readers == 0
+
+
+def test_readers_default_to_one_per_cpu_beyond_the_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    expected = max(0, min(MAX_DEFAULT_READERS, cpus - 1))
+    assert load_config(None, {}).snapshot.readers == expected
+    assert SnapshotSettings().readers == DEFAULTS["snapshot"]["readers"] == expected
+    for cpus, readers in ((1, 0), (2, 1), (4, 3), (9, 8), (96, MAX_DEFAULT_READERS)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cpus: set(range(n)))
+        assert default_readers() == readers, cpus
+        assert load_config(None, {}).snapshot.readers == readers
+
+
+def test_int_is_a_number_for_float_settings(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "[binlog]\nheartbeat_s = 2\n[checkpoint]\ninterval_s = 3\n"), {})
+    assert cfg.heartbeat_s == 2.0 and isinstance(cfg.heartbeat_s, float)
+    assert cfg.checkpoint_interval_s == 3.0
+
+
+# --------------------------------------------------------------------------- defaults live once
+
+
+def test_defaults_are_the_models() -> None:
+    cfg = load_config(None, {})
+    src, snap = SourceSection(), SnapshotSection()
+    assert (cfg.source.host, cfg.source.port, cfg.source.user) == (src.host, src.port, src.user)
+    assert cfg.snapshot.chunk_size == snap.chunk_size == DEFAULTS["snapshot"]["chunk_size"]
+    assert cfg.snapshot.chunk_delay_s == snap.chunk_delay_ms / 1000
+    assert cfg.snapshot.readers == snap.readers == DEFAULTS["snapshot"]["readers"]
+    assert cfg.heartbeat_s == DEFAULTS["binlog"]["heartbeat_s"]
+    assert cfg.sink == SinkSettings() and cfg.signals == SignalSettings()
+    assert cfg.checkpoint_path == Path(DEFAULTS["checkpoint"]["path"])
+    # a Config built in code has the same defaults as a loaded one
+    assert Config(source=cfg.source) == cfg
+
+
+def test_defaults_mapping_is_derived() -> None:
+    for section, model in SECTIONS.items():
+        for key, info in model.model_fields.items():
+            default = info.get_default(call_default_factory=True)
+            assert DEFAULTS[section][key] == default, (section, key)
+            assert info.description, f"{section}.{key} has no description"
+
+
+def test_connection_defaults_agree() -> None:
+    plain = ConnectionSettings("h", 1, "u", Secret(""))
+    source = SourceSection()
+    assert plain.connect_timeout == source.connect_timeout_s == 10.0
+    assert plain.statement_timeout == source.statement_timeout_s == 30.0
+    assert plain.tls.value == source.tls
+
+
+def test_code_built_forms_still_work(tmp_path: Path) -> None:
+    cfg = Config(
+        source=ConnectionSettings("127.0.0.1", 3306, "u", Secret("p")),
+        tables=(TableId("s", "t"),),
+        snapshot=SnapshotSettings(chunk_size=100),
+        heartbeat_s=0.5,
+        sink=SinkSettings(type="jsonl", path="x"),
+        checkpoint_path=tmp_path / "cp.json",
+        checkpoint_interval_s=0.2,
+    )
+    delta = SinkSettings(type="delta", path=str(tmp_path), app_id="test-app", batch_ms=4000)
+    changed = dataclasses.replace(
+        cfg, sink=delta, snapshot=dataclasses.replace(cfg.snapshot, chunk_delay_s=0.1)
+    )
+    assert changed.sink.batch_ms == 4000 and changed.snapshot == SnapshotSettings(
+        chunk_size=100, chunk_delay_s=0.1
+    )
+    assert SignalSettings(bootstrap="k:1", topic="t", connector="c").group == ""
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+def test_password_never_printed(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text(PASSWORD + "\n")
+    cfg = load_config(write(tmp_path, f'[source]\npassword_file = "{tmp_path / "pw"}"\n'), {})
+    assert cfg.source.password.reveal() == PASSWORD
+    for text in (repr(cfg), str(cfg), repr(cfg.source), str(cfg.source), cfg.source.describe()):
+        assert PASSWORD not in text
+    from_env = load_config(None, {"GTIDSNAP_SOURCE_PASSWORD": PASSWORD})
+    assert from_env.source.password.reveal() == PASSWORD and PASSWORD not in repr(from_env)
+
+
+def test_password_file_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="is not UTF-8"):
+        load_config(write(tmp_path, f'[source]\npassword_file = "{tmp_path / "pw"}"\n'), {})
+
+
+# --------------------------------------------------------------------------- timeouts reach PyMySQL
+
+
+def test_fractional_connect_timeout_reaches_pymysql(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "[source]\nconnect_timeout_s = 0.5\n"), {})
+    kwargs = cfg.source.pymysql_kwargs()
+    assert kwargs["connect_timeout"] == 0.5
+    with socket.socket() as probe:  # a port nobody listens on: bound, then released
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kwargs.update(host="127.0.0.1", port=port)
+    with pytest.raises(pymysql.err.OperationalError):  # not the ValueError int(0.5) == 0 caused
+        pymysql.connect(**kwargs)
+
+
+# --------------------------------------------------------------------------- table names
+
+
+@pytest.mark.parametrize("schema", [*sorted(SYSTEM_SCHEMAS), "MySQL", "PERFORMANCE_SCHEMA"])
+def test_system_schemas_refused_by_name(schema: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_table_name(f"{schema}.t", "--snapshot")
+    assert str(err.value) == (
+        f"--snapshot: {schema}.t is in the system schema {schema}, which gtidsnap does not capture"
+    )
+
+
+def test_parse_table_name() -> None:
+    assert parse_table_name("shop.orders", "x") == TableId("shop", "orders")
+    assert parse_table_name("mysqlx.t", "x") == TableId("mysqlx", "t")
+    with pytest.raises(ConfigError, match=r"^where: table 'orders' must be written schema\.table$"):
+        parse_table_name("orders", "where")
+
+
+def test_mirror_job_needs_every_record_in_the_changelogs(tmp_path: Path) -> None:
+    job = '[sink]\ntype = "delta"\nmirror = "JOB"\n'
+    assert load_config(write(tmp_path, job), {}).sink.mirror == "job"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, job + "changelog_snapshot_rows = false\n"), {})
+    assert str(err.value).startswith(f"{tmp_path / 'gtidsnap.toml'}: sink.changelog_snapshot_rows = false")
+    assert "sink.mirror = job" in str(err.value)
+    with pytest.raises(ConfigError, match=r"^GTIDSNAP_SINK_CHANGELOG=false but sink\.mirror = job"):
+        load_config(write(tmp_path, job), {"GTIDSNAP_SINK_CHANGELOG": "false"})
+    with pytest.raises(ConfigError, match=r"sink\.mirror"):
+        load_config(write(tmp_path, '[sink]\nmirror = "spark"\n'), {})
+
+
+def test_spark_reader_pool_needs_readers(tmp_path: Path) -> None:
+    spark = '[snapshot]\nreader_pool = "Spark"\nreaders = 3\n'
+    snapshot = load_config(write(tmp_path, spark), {}).snapshot
+    assert (snapshot.reader_pool, snapshot.readers) == ("spark", 3)
+    assert load_config(write(tmp_path, ""), {}).snapshot.reader_pool == "processes"
+    with pytest.raises(ConfigError, match=r"^GTIDSNAP_SNAPSHOT_READERS=0 but snapshot\.reader_pool = spark"):
+        load_config(write(tmp_path, spark), {"GTIDSNAP_SNAPSHOT_READERS": "0"})
+    with pytest.raises(ConfigError, match=r"snapshot\.reader_pool"):
+        load_config(write(tmp_path, '[snapshot]\nreader_pool = "threads"\n'), {})

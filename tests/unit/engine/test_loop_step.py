@@ -1,0 +1,68 @@
+"""The loop's next step and its tuning, chosen without a replica, a stream or a clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gtidsnap.core.commands import SetChunkDelay, SetChunkSize
+from gtidsnap.core.errors import ConfigError
+from gtidsnap.engine.loop_step import (
+    SHORT_CHUNK_WAIT_S,
+    EngineSettings,
+    LoopFacts,
+    Step,
+    commit_due,
+    next_step,
+)
+
+
+def facts(between: bool = True, waiting: bool = True, wait: float = 0.0, until: bool = False) -> LoopFacts:
+    return LoopFacts(between, waiting, wait, until)
+
+
+def test_a_due_chunk_is_taken_between_transactions_only() -> None:
+    assert next_step(facts(wait=0.0)) is Step.TAKE_CHUNK
+    assert next_step(facts(wait=-3.0)) is Step.TAKE_CHUNK
+    assert next_step(facts(between=False, wait=0.0)) is Step.READ_STREAM
+
+
+def test_a_short_wait_is_slept_a_long_one_reads_the_stream() -> None:
+    assert next_step(facts(wait=SHORT_CHUNK_WAIT_S / 2)) is Step.SLEEP
+    assert next_step(facts(wait=SHORT_CHUNK_WAIT_S)) is Step.SLEEP
+    assert next_step(facts(wait=SHORT_CHUNK_WAIT_S * 2)) is Step.READ_STREAM
+    assert next_step(facts(wait=SHORT_CHUNK_WAIT_S * 2, until=True)) is Step.READ_STREAM
+
+
+def test_caught_up_is_checked_only_when_no_snapshot_waits_and_between_transactions() -> None:
+    assert next_step(facts(waiting=False, until=True)) is Step.CHECK_CAUGHT_UP
+    assert next_step(facts(waiting=False, until=False)) is Step.READ_STREAM
+    assert next_step(facts(between=False, waiting=False, until=True)) is Step.READ_STREAM
+
+
+@given(st.booleans(), st.booleans(), st.floats(-10, 10), st.booleans())
+def test_a_chunk_is_never_taken_inside_a_window_or_transaction(
+    between: bool, waiting: bool, wait: float, until: bool
+) -> None:
+    step = next_step(facts(between, waiting, wait, until))
+    if not between:
+        assert step is Step.READ_STREAM
+    if step is Step.TAKE_CHUNK:
+        assert waiting and wait <= 0
+
+
+def test_commit_due_by_rows_even_while_a_commit_runs_otherwise_by_time() -> None:
+    assert commit_due(100, 100, committer_busy=True, since_commit_s=0.0, interval_s=1.0)
+    assert not commit_due(99, 100, committer_busy=True, since_commit_s=50.0, interval_s=1.0)
+    assert commit_due(1, 100, committer_busy=False, since_commit_s=1.0, interval_s=1.0)
+    assert not commit_due(1, 100, committer_busy=False, since_commit_s=0.5, interval_s=1.0)
+
+
+def test_tuning_the_chunk_size_and_delay() -> None:
+    settings = EngineSettings()
+    assert settings.tuned(SetChunkSize(10)).chunk_size == 10
+    assert settings.tuned(SetChunkDelay(-1.0)).chunk_delay_s == 0.0
+    assert settings.tuned(SetChunkDelay(0.25)) == EngineSettings(chunk_delay_s=0.25)
+    with pytest.raises(ConfigError, match="chunk size must be at least 1, got 0"):
+        settings.tuned(SetChunkSize(0))
