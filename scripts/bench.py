@@ -30,12 +30,12 @@ DATETIME, DECIMAL(12,2), TEXT) in the database ``bench`` (loaded once, reused):
 
 Every limit is measured in the same run, right before and after what it is compared with (the
 machine is shared and noisy). Asserts nothing: the figures go to ``--out``/bench-<label>.json (and
-.md, .png, and bench-latest.*); ``--update-readme`` puts the table into README.md.
+.md, .png, and bench-latest.*); ``--update-docs`` puts the table into docs/benchmarks.md.
 
     scripts/bench                                     # everything, 1M / 5M rows, both flavours
     scripts/bench --rows 100000 --big-rows 300000 --label dev
-    scripts/bench --only a,c --flavors mysql --label after --compare before --update-readme
-    scripts/bench --render-only --label after --compare before --update-readme   # no measuring
+    scripts/bench --only a,c --flavors mysql --label after --compare before --update-docs
+    scripts/bench --render-only --label after --compare before --update-docs   # no measuring
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=env.REPO / "scripts" / "results", help="results folder")
     ap.add_argument("--label", default="run", help='stored in the JSON and the file names, e.g. "before"')
     ap.add_argument("--compare", metavar="LABEL", help="put bench-LABEL.json's figures beside these")
-    ap.add_argument("--update-readme", action="store_true", help="fill README.md's table from the results")
+    ap.add_argument(
+        "--update-docs", action="store_true", help="fill docs/benchmarks.md's table from the results"
+    )
     ap.add_argument(
         "--render-only", action="store_true", help="measure nothing: render bench-<label>.json again"
     )
@@ -213,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     result = report.load(a.out / f"bench-{a.label}.json") if a.render_only else measure(a, argv)
     compare = report.load(a.out / f"bench-{a.compare}.json") if a.compare else None
     written = report.write(result, a.out, compare)
-    if a.update_readme:
-        report.update_readme(env.REPO / "README.md", result, compare)
-        written.append(env.REPO / "README.md")
+    if a.update_docs:
+        report.update_docs(env.REPO / "docs" / "benchmarks.md", result, compare)
+        written.append(env.REPO / "docs" / "benchmarks.md")
     print(report.markdown(result, compare))
     for path in written:
         print(f"wrote {path}")

@@ -1,5 +1,5 @@
-"""The results: a JSON file, a markdown table ready for the README, a PNG plot, and the README's table
-between ``<!-- bench:start -->`` and ``<!-- bench:end -->``.
+"""The results: a JSON file, a markdown table, a PNG plot, and docs/benchmarks.md's table between
+``<!-- bench:start -->`` and ``<!-- bench:end -->``.
 
 Files, in ``--out`` (default ``scripts/results``): ``bench-<label>.json``, ``bench-<label>.md``,
 ``bench-<label>.png``, and the same three as ``bench-latest.*``.
@@ -377,13 +377,13 @@ def _flagged(results: dict[str, Any]) -> bool:
     return False
 
 
-def update_readme(readme: Path, result: dict[str, Any], compare: dict[str, Any] | None = None) -> None:
-    text = readme.read_text(encoding="utf-8")
+def update_docs(doc: Path, result: dict[str, Any], compare: dict[str, Any] | None = None) -> None:
+    text = doc.read_text(encoding="utf-8")
     if START not in text or END not in text:
-        raise SystemExit(f"{readme} has no {START} ... {END} section to fill in")
+        raise SystemExit(f"{doc} has no {START} ... {END} section to fill in")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{markdown(result, compare)}{END}{tail}", encoding="utf-8")
+    doc.write_text(f"{head}{START}\n{markdown(result, compare)}{END}{tail}", encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------- plot

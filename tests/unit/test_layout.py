@@ -1,0 +1,102 @@
+"""The package's shape: folders as layers (what may import what), modules of a readable size, a few flat
+modules, a module map in docs/design.md that names every module, and the public surface."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gtidsnap
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "gtidsnap"
+MAX_LINES = 410  # "about 400": the GTID algebra alone is allowed more
+LONGER = {"gtidsnap/core/gtid.py"}
+FLAT_AT_MOST = 6
+# folder -> folders of gtidsnap it must never import
+FORBIDDEN = {
+    "core": {"source", "snapshot", "engine", "signals", "filters", "config", "cli", "sinks", "runner"},
+    "filters": {"source", "snapshot", "engine", "signals", "config", "cli", "sinks", "runner"},
+    "source": {"engine", "cli", "runner", "snapshot", "sinks", "signals"},
+    "snapshot": {"engine", "cli", "runner", "sinks", "signals"},
+    "sinks": {"engine", "cli", "runner", "snapshot", "signals"},
+    "signals": {"engine", "cli", "runner", "snapshot", "sinks"},
+    "config": {"engine", "cli", "runner", "snapshot", "sinks", "signals"},
+    "engine": {"cli", "runner"},
+}
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def imported(path: Path) -> set[str]:
+    """The gtidsnap modules ``path`` imports, as dotted names below ``gtidsnap.``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found.update(n.removeprefix("gtidsnap.") for n in names if n.startswith("gtidsnap."))
+    return found
+
+
+@pytest.mark.parametrize("path", modules(), ids=relative)
+def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
+    folder = path.relative_to(PACKAGE).parts[0] if path.parent != PACKAGE else None
+    forbidden = FORBIDDEN.get(folder or "", set())
+    wrong = sorted(m for m in imported(path) if m.split(".")[0] in forbidden)
+    assert not wrong, f"{relative(path)} ({folder}/) must not import {wrong}"
+
+
+def test_modules_stay_readable() -> None:
+    long = {
+        relative(p): n
+        for p in modules()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES and relative(p) not in LONGER
+    }
+    assert not long, f"modules over {MAX_LINES} lines: split them by concept: {long}"
+
+
+def test_few_modules_stay_flat() -> None:
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(flat) <= FLAT_AT_MOST, flat
+
+
+def test_the_design_doc_names_every_module() -> None:
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    missing = [relative(p) for p in modules() if p.name != "__init__.py" or p.parent == PACKAGE]
+    missing = [m for m in missing if f"`{m}`" not in design]
+    assert not missing, f"docs/design.md's module map lacks {missing}"
+
+
+def test_the_public_surface_resolves_and_is_declared_whole() -> None:
+    """Every name of ``__all__`` is there (each from its home module), and nothing else is offered."""
+    assert set(gtidsnap.__all__) == {"__version__", *gtidsnap._HOMES}
+    for name in gtidsnap.__all__:
+        assert getattr(gtidsnap, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        gtidsnap.nope  # noqa: B018
+
+
+def test_importing_the_package_or_a_reader_loads_no_spark_kafka_or_engine() -> None:
+    """A chunk reader process (or a Spark executor's worker) imports gtidsnap.snapshot.readers: it must
+    not pay for pyspark, Kafka or the engine."""
+    code = (
+        "import sys, gtidsnap, gtidsnap.snapshot.readers\n"
+        "heavy = [m for m in ('pyspark', 'confluent_kafka', 'gtidsnap.engine.loop', 'typer') "
+        "if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""
