@@ -77,6 +77,9 @@ class World:
         self.gno = start
         self.writes_left = writes
         self.stream_start: GtidSet | None = None  # the executed set the first run starts streaming at
+        # The stream writes too as it is read (False: only the replica's reads of the executed set do,
+        # so nothing is written once a run has read the set it catches up to).
+        self.stream_writes = True
         # With chunk readers the stream is read on the pump's thread: the world is shared, so locked.
         self.lock = threading.RLock()
 
@@ -272,7 +275,8 @@ class FakeStream:
 
     def next(self) -> BinlogEvent | None:
         with self.world.lock:
-            self.world.maybe_write(0.2)
+            if self.world.stream_writes:
+                self.world.maybe_write(0.2)
             if not self.queue and self.tx_at < len(self.world.txs):
                 self.queue = list(self.world.txs[self.tx_at][1])
                 self.tx_at += 1
@@ -295,7 +299,8 @@ class FakeStream:
 class RecordingSink(JsonlSink):
     """JSON lines that also keep the records (with their ``fresh`` mark) in memory."""
 
-    takes_encoded_rows = False  # records, not lines the readers encoded: their marks are read here
+    def chunk_renderer(self, remote: bool) -> None:
+        return None  # records, not lines the readers encoded: their marks are read here
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
