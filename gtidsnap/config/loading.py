@@ -174,8 +174,10 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
             ("changelog", sink.changelog),
             ("changelog_snapshot_rows", sink.changelog_snapshot_rows),
         ):
+            origin = origins.get(("sink", name), Origin("default"))
+            if name == "changelog_snapshot_rows" and origin.kind == "default":
+                continue  # the mirror job's changelogs take snapshot rows unless told otherwise
             if not value:
-                origin = origins.get(("sink", name), Origin("default"))
                 said = origin.where("sink." + name) + ("=" if origin.kind == "env" else " = ")
                 raise ConfigError(
                     f"{said}false but sink.mirror = job: the mirror job "

@@ -226,9 +226,15 @@ class SinkSettings(_Section):
         default="", description="delta: txnAppId of this instance's idempotent writes (empty: from the path)"
     )
     changelog_snapshot_rows: bool = Field(
-        default=True,
-        description="delta: snapshot rows go to the changelog too (false: the mirror only, about half "
-        "the cost of a snapshot)",
+        default=False,
+        description="delta: snapshot rows go to the changelog too, with their batch (default: the mirror "
+        "only, in large appends; with mirror = job always)",
+    )
+    snapshot_rows: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="delta: a table's staged snapshot rows go into its mirror in one append once this "
+        "many wait (or merge_interval_s after the first, or at the end of the run)",
     )
     merge_interval_s: float = Field(
         default=15.0,

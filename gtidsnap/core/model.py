@@ -5,9 +5,9 @@ Adapters turn server bytes into these; the pure core (windows, plan) reads and r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from gtidsnap.core.gtid import Gtid
 
@@ -19,6 +19,19 @@ Row = Mapping[str, Any]
 # A chunk row as the window keeps it: its values, or the JSON its reader wrote of it
 # (:func:`gtidsnap.core.records.snapshot_line_body`, for a JSON-lines output).
 ChunkRow = Row | bytes
+
+
+@runtime_checkable
+class ColumnarRows(Protocol):
+    """A chunk's rows in an output's columnar form (Arrow, say), kept whole: the engine makes no Python
+    object of any row of them, and a window takes the rows it keeps by position."""
+
+    def __len__(self) -> int: ...
+    def taken(self, positions: Sequence[int]) -> ColumnarRows: ...
+
+
+ReadRows = tuple[ChunkRow, ...] | ColumnarRows
+"""A chunk's rows as its reader sent them: values, JSON line bodies, or columns."""
 Op = Literal["c", "u", "d"]
 
 Flavor = Literal["mysql", "mariadb"]

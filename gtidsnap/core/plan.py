@@ -88,7 +88,8 @@ class TableProgress:
     condition: str | None = None
     error: str | None = None
     # Its rows may reach a Delta mirror as plain appends: when it started, no snapshot of the table had
-    # emitted rows into this output, and no DDL of the table has been seen since (see sinks.mirror_route).
+    # emitted rows into this output, and no DDL of the table has been seen since (see
+    # sinks.delta.mirror_update).
     fresh: bool = False
 
     # How a snapshot's progress changes, each step a new value (the engine only calls these):

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.gtid import GtidSet
-from gtidsnap.core.model import BinlogEvent, ChunkRow, Key, TableId
+from gtidsnap.core.model import BinlogEvent, Key, ReadRows, Row, TableId
 from gtidsnap.core.plan import RawKey
 from gtidsnap.core.records import Emitted
 from gtidsnap.core.schema import TableSchema
@@ -87,13 +87,23 @@ class Sink(Protocol):
         """Start from the position of the last checkpoint (None: nothing committed yet)."""
 
     def write(self, records: Sequence[Emitted]) -> None:
-        r"""Take records; they become durable only at the next ``commit``. :class:`SnapshotLines`
-        come only to a sink whose ``takes_encoded_rows`` is true."""
+        r"""Take records; they become durable only at the next ``commit``. Snapshot rows in another form
+        than values (:class:`SnapshotLines`, :class:`SnapshotColumns`) come only from the sink's own
+        ``chunk_renderer`` (:class:`RenderingSink`)."""
 
     def commit(self) -> Any:
         """Make everything written durable; return the JSON-able position to checkpoint."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RenderingSink(Sink, Protocol):
+    """A sink whose snapshot rows its chunk readers render (JSON line bodies, Arrow columns)."""
+
+    def chunk_renderer(self, remote: bool) -> ChunkRenderer | None:
+        """The renderer the readers use (None: they send values); ``remote``: they run on other
+        machines (Spark executors)."""
 
 
 @runtime_checkable
@@ -117,6 +127,16 @@ class DrainingSink(Sink, Protocol):
 # ----------------------------------------------------------------------------- chunk readers
 
 
+class ChunkRenderer(Protocol):
+    """How a reader renders a chunk's ``(key, row)`` pairs for the output: their keys (for the window)
+    and the rows in the output's own form, made in the reader's process so the engine's thread does no
+    work a row. Picklable: it travels with each job. A sink offers one as ``chunk_renderer``."""
+
+    def __call__(
+        self, rows: Sequence[tuple[Key, Row]], schema: TableSchema
+    ) -> tuple[tuple[Key, ...], ReadRows]: ...
+
+
 @dataclass(frozen=True)
 class ChunkJob:
     """Read the rows with ``after < key <= upto`` (matching ``condition``) for window ``window``, with a
@@ -127,7 +147,7 @@ class ChunkJob:
     after: RawKey | None
     upto: RawKey
     condition: str | None = None
-    encode: bool = False  # send each row's JSON (for a JSON-lines output), not its values
+    render: ChunkRenderer | None = None  # the output's form of the rows (None: their values)
     lw: str = ""
 
     def portable(self) -> ChunkJob:
@@ -143,7 +163,7 @@ class ChunkRead:
 
     window: int
     keys: tuple[Key, ...] = ()  # of ``rows``, in order
-    rows: tuple[ChunkRow, ...] = ()
+    rows: ReadRows = ()
     executed: str = ""  # the replica's executed set right after the SELECT, as the server wrote it
     reader: int = 0  # the reader's process id (per-reader throughput)
     seconds: float = 0.0  # the SELECT and the normalising, in the reader

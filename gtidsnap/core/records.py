@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gtidsnap.core.model import ChunkRow, Key, Row, RowChange, TableId
+from gtidsnap.core.model import ChunkRow, ColumnarRows, Key, ReadRows, Row, RowChange, TableId
 
 RecordOp = Literal["c", "u", "d", "r"]
 
@@ -115,15 +115,30 @@ class SnapshotLines:
         return b"".join(chain.from_iterable(parts))
 
 
-Emitted = Record | SnapshotLines  # what the engine hands its sink
+@dataclass(frozen=True, slots=True)
+class SnapshotColumns:
+    """Consecutive snapshot rows of one chunk in an output's columnar form (:class:`ColumnarRows`, made
+    by its reader), numbered from ``first_seq``: one object a chunk, never a Python object a row."""
+
+    table: TableId
+    rows: ColumnarRows
+    first_seq: int
+    source_ts: int
+    fresh: bool  # the table's first snapshot into this output (see Record.fresh)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+Emitted = Record | SnapshotLines | SnapshotColumns  # what the engine hands its sink
 
 
 def emitted_rows(records: Iterable[Emitted]) -> int:
-    """How many records ``records`` hold (a :class:`SnapshotLines` holds one a row)."""
-    return sum(len(r) if isinstance(r, SnapshotLines) else 1 for r in records)
+    """How many records ``records`` hold (snapshot lines and columns hold one a row)."""
+    return sum(1 if isinstance(r, Record) else len(r) for r in records)
 
 
-def encoded_line(record: Emitted) -> bytes:
+def encoded_line(record: Record | SnapshotLines) -> bytes:
     """The JSON line(s) of ``record``."""
     return record.to_lines() if isinstance(record, SnapshotLines) else record.to_line()
 
@@ -153,6 +168,21 @@ def encoded_chunk_rows(
     return tuple(keys), tuple(out)
 
 
+class LineBodies:
+    """The chunk renderer of a JSON-lines output (:func:`encoded_chunk_rows`). Picklable."""
+
+    def __call__(
+        self, rows: Sequence[tuple[Key, Row]], schema: Any
+    ) -> tuple[tuple[Key, ...], tuple[ChunkRow, ...]]:
+        return encoded_chunk_rows(rows, schema.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LineBodies)
+
+    def __hash__(self) -> int:
+        return hash(LineBodies)
+
+
 def _body_encoder(key_columns: tuple[str, ...]) -> Callable[[Row], bytes]:
     """:func:`snapshot_line_body` for rows holding every key column, with the key read by one
     ``itemgetter`` and no dict built around the row (0.33 instead of 0.56 us a row, measured): the same
@@ -167,7 +197,7 @@ def _body_encoder(key_columns: tuple[str, ...]) -> Callable[[Row], bytes]:
 
 def snapshot_output(
     table: TableId,
-    rows: Sequence[ChunkRow],
+    rows: ReadRows,
     key_columns: Sequence[str],
     first_seq: int,
     fresh: bool,
@@ -175,7 +205,10 @@ def snapshot_output(
 ) -> list[Emitted]:
     """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``now``:
     one for each row, but rows its reader encoded (bytes) go out together as :class:`SnapshotLines`, a
-    run of consecutive ones in each, the same lines their records would make."""
+    run of consecutive ones in each, the same lines their records would make, and columns as one
+    :class:`SnapshotColumns`."""
+    if isinstance(rows, ColumnarRows):
+        return [SnapshotColumns(table, rows, first_seq, now, fresh)] if len(rows) else []
     table_json = orjson.dumps(str(table))
     if rows and all(map(isinstance, rows, repeat(bytes))):  # the usual case: one object, no loop
         return [SnapshotLines(table_json, tuple(rows), first_seq, now)]  # type: ignore[arg-type]

@@ -47,6 +47,7 @@ from gtidsnap.core.ports import (
     CheckpointPort,
     ChunkReaderPool,
     DrainingSink,
+    RenderingSink,
     ReplicaPort,
     Sink,
     StreamFactory,
@@ -167,10 +168,11 @@ class Engine:
             raise
         target: GtidSet | None = None
         self._commits.start_background()
-        # A JSON-lines sink takes rows its readers already wrote as JSON: the engine only splices.
-        encode = bool(getattr(self.sink, "takes_encoded_rows", False))
+        # Readers render rows in the sink's own form (JSON bodies, Arrow columns): no work a row here.
+        remote = bool(getattr(self.readers, "remote", False))
+        render = self.sink.chunk_renderer(remote) if isinstance(self.sink, RenderingSink) else None
         chunks = self._chunks = ChunkPlanner(
-            self.replica, self.readers, self.schemas, self.processed, encode=encode, stats=self.stats
+            self.replica, self.readers, self.schemas, self.processed, render=render, stats=self.stats
         )
         pump = PumpedStream(ShapesForgotten(stream, self.schemas))  # pumped while readers work
         try:

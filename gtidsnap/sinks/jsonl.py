@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from gtidsnap.core.errors import SinkError
-from gtidsnap.core.records import Emitted, encoded_line
+from gtidsnap.core.records import Emitted, LineBodies, SnapshotColumns, encoded_line
 
 
 class JsonlSink:
     """Appends records to one file; ``commit`` fsyncs and returns the committed byte length."""
 
-    takes_encoded_rows = True  # a snapshot row its reader wrote as JSON is spliced into its line
+    def chunk_renderer(self, remote: bool) -> LineBodies:
+        """A snapshot row's JSON is written by its reader and spliced into its line here."""
+        return LineBodies()
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -51,7 +53,12 @@ class JsonlSink:
     def write(self, records: Sequence[Emitted]) -> None:
         if self._file is None:
             raise SinkError("the JSON-lines sink is not open")
-        self._file.write(b"".join(map(encoded_line, records)))
+        lines = []
+        for record in records:
+            if isinstance(record, SnapshotColumns):
+                raise SinkError("the JSON-lines sink takes records and line bodies, not columns")
+            lines.append(encoded_line(record))
+        self._file.write(b"".join(lines))
 
     def commit(self) -> int:
         if self._file is None:

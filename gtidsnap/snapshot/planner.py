@@ -39,7 +39,7 @@ from gtidsnap.core.errors import FilterError, GtidsnapError, QueryError, SchemaE
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.model import BinlogEvent, TableId
 from gtidsnap.core.plan import RawKey, TableProgress
-from gtidsnap.core.ports import ChunkJob, ChunkRead, ChunkReaderPool, ReplicaPort
+from gtidsnap.core.ports import ChunkJob, ChunkRead, ChunkReaderPool, ChunkRenderer, ReplicaPort
 from gtidsnap.core.run_stats import ReaderThroughput, RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
@@ -131,13 +131,13 @@ class ChunkPlanner:
         schemas: SchemaCache,
         processed: GtidSet,
         in_flight: int | None = None,
-        encode: bool = False,
+        render: ChunkRenderer | None = None,
         stats: RunStats | None = None,
     ) -> None:
-        """``encode``: the readers send each row's JSON, not its values (the output is JSON lines);
+        """``render``: how readers render rows for the output (None: they send values);
         ``stats``: where per-reader throughput and the windows' waits for the stream are counted."""
         self.replica = replica
-        self.encode = encode
+        self.render = render
         self.readers = readers
         self.schemas = schemas
         self.windows = ChunkWindows(processed)
@@ -194,7 +194,7 @@ class ChunkPlanner:
                 window = self.windows.open(table, lw, upto, last, tuple(schema.key))
                 self._planned[window] = table
                 self.readers.submit(
-                    ChunkJob(window, schema, frontier.after, upto, progress.condition, self.encode, lw_text)
+                    ChunkJob(window, schema, frontier.after, upto, progress.condition, self.render, lw_text)
                 )
                 frontier.after, frontier.ended = upto, last
                 opened += 1

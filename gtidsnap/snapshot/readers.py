@@ -10,10 +10,11 @@ its SELECT the reader makes sure every transaction of ``lw`` is visible to it
 (:mod:`gtidsnap.source.low_watermark`; the visible set it read with its previous chunk's high watermark
 usually shows it, so it costs no round trip), which spares the engine's thread a round trip per
 chunk. The engine's loop never waits for a reader: it collects what is finished. For a JSON-lines
-output (``ChunkJob.encode``) the reader also writes each row's JSON
-(:func:`gtidsnap.core.records.snapshot_line_body`), so the engine's thread, the snapshot's limit once
-chunks are read elsewhere, only splices it into the row's line; bytes also cost less to send than
-values.
+output the reader also renders the rows in the output's form (``ChunkJob.render``, the sink's
+``chunk_renderer``): each row's JSON for JSON lines (:func:`gtidsnap.core.records.snapshot_line_body`,
+which the engine only splices into the row's line), the chunk's Arrow columns for Delta
+(:mod:`gtidsnap.sinks.arrow_columns`), so the engine's thread, the snapshot's limit once chunks are
+read elsewhere, does no work a row; bytes and columns also cost less to send than values.
 
 The pool is the standard library's ``ProcessPoolExecutor`` with the ``spawn`` start method (the
 engine's process has threads, a Kafka client and perhaps a JVM: forking it is unsafe). A reader's
@@ -52,7 +53,7 @@ from gtidsnap.core.errors import (
 )
 from gtidsnap.core.gtid import parse_gtid_set
 from gtidsnap.core.ports import ChunkJob, ChunkRead, ReplicaPort
-from gtidsnap.core.records import encoded_chunk_rows, split_chunk_rows
+from gtidsnap.core.records import split_chunk_rows
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.low_watermark import LowWatermark
 
@@ -75,9 +76,7 @@ def read_chunk(replica: ReplicaPort, job: ChunkJob, watermark: LowWatermark | No
         chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
         executed, visible = replica.executed_and_visible()
         watermark.saw(visible)
-        keys, rows = (
-            encoded_chunk_rows(chunk.rows, job.schema.key) if job.encode else split_chunk_rows(chunk.rows)
-        )
+        keys, rows = job.render(chunk.rows, job.schema) if job.render else split_chunk_rows(chunk.rows)
     except GtidsnapError as exc:
         return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
     warning = watermark.gave_up if watermark.gave_up != gave_up else None

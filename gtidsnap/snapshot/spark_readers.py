@@ -100,6 +100,12 @@ class SparkChunkReaders:
     def in_flight(self) -> int:
         return 2 * self.readers
 
+    @property
+    def remote(self) -> bool:
+        """Splits are read on the executors: rows rendered for the output stay there (a Delta output
+        stages them where they were read, :class:`gtidsnap.sinks.arrow_columns.StagedRenderer`)."""
+        return True
+
     def start(self) -> None:
         """Start Spark (or take the running session) and register the data source."""
         self._started()

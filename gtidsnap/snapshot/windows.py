@@ -52,8 +52,10 @@ from gtidsnap.core.gtid import Gtid, GtidSet
 from gtidsnap.core.model import (
     BinlogEvent,
     ChunkRow,
+    ColumnarRows,
     Heartbeat,
     Key,
+    ReadRows,
     RowChange,
     SchemaChange,
     TableId,
@@ -70,7 +72,7 @@ class ChunkOut:
 
     window: int
     table: TableId
-    rows: tuple[ChunkRow, ...]
+    rows: ReadRows
     upto: RawKey = ()
     last: bool = False
     key_columns: tuple[str, ...] = ()
@@ -100,7 +102,7 @@ class _Window:
     changed: set[Key] = field(default_factory=set)  # keys touched past lw
     seen_max: dict[object, int] = field(default_factory=dict)  # per source, the highest number seen past lw
     keys: tuple[Key, ...] = ()  # of ``rows``, in order
-    rows: tuple[ChunkRow, ...] | None = None  # None until the reader's rows arrive
+    rows: ReadRows | None = None  # None until the reader's rows arrive
     hw: GtidSet | None = None
     fence: GtidSet | None = None  # lw | hw, once hw is known: the stream must process all of it
     ready: bool = False  # rows known and the stream past hw: it goes out once every earlier window has
@@ -146,7 +148,7 @@ class ChunkWindows:
         return None if window is None else window.lw
 
     def rows_read(
-        self, window_id: int, keys: Sequence[Key], rows: Sequence[ChunkRow], hw: GtidSet
+        self, window_id: int, keys: Sequence[Key], rows: Sequence[ChunkRow] | ColumnarRows, hw: GtidSet
     ) -> tuple[Output, ...]:
         """The reader's rows, their keys (``keys[i]`` is ``rows[i]``'s, each key once) and ``hw``
         (executed after the SELECT, minus ``lw``). The window is ready at once when the stream has
@@ -156,7 +158,8 @@ class ChunkWindows:
             return ()  # discarded meanwhile: the rows are stale
         if len(keys) != len(rows):
             raise ValueError(f"{len(keys)} keys for {len(rows)} rows")
-        window.keys, window.rows, window.hw, window.fence = tuple(keys), tuple(rows), hw, window.lw | hw
+        kept = rows if isinstance(rows, ColumnarRows) else tuple(rows)
+        window.keys, window.rows, window.hw, window.fence = tuple(keys), kept, hw, window.lw | hw
         if window.fence <= self.processed or window.seen - hw:  # caught up, or a commit past hw seen
             window.ready = True
         return self._release()
@@ -248,7 +251,9 @@ class ChunkWindows:
         rows = window.rows
         if window.changed:  # most chunks meet no change: their rows go out as they came
             changed = window.changed
-            rows = tuple(r for k, r in zip(window.keys, rows, strict=True) if k not in changed)
+            kept = [i for i, k in enumerate(window.keys) if k not in changed]
+            if len(kept) < len(rows):  # columns are taken whole by position, values one by one
+                rows = rows.taken(kept) if isinstance(rows, ColumnarRows) else tuple(rows[i] for i in kept)
         return (ChunkOut(window.id, window.table, rows, window.upto, window.last, window.key_columns),)
 
 

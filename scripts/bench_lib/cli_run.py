@@ -12,6 +12,10 @@ read just before, says how far it got (what it committed), and its result says `
 Memory: the child's peak RSS from ``wait4`` (exact; for a Delta run it is the larger of Python's and
 the JVM's, which the kernel folds in when the child reaps it), plus ``VmHWM`` of the child and of
 every descendant (the Spark JVM) polled every 0.2 s.
+
+CPU: user + system seconds of the child (the engine), of its chunk reader processes and of its JVM,
+each process's last reading of ``/proc/<pid>/stat`` (polled with the memory; a reader that ends
+between two polls loses at most its last 0.2 s), so the cost of a row is known by process.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ class CliResult:
     python_hwm_kb: int
     children_hwm_kb: int
     log: Path
+    cpu_s: dict[str, float] = field(default_factory=dict)  # by process kind: engine, readers, jvm, other
     timed_out: bool = False  # stopped with Ctrl-C at the deadline, unfinished
     progress: Checkpoint | None = None  # the checkpoint read at the deadline (what was committed)
 
@@ -123,6 +128,8 @@ class CliResult:
             out["snapshots_done_s"] = round(self.seconds("started", "snapshots_done"), 3)
         if self.children_hwm_kb:
             out["children_peak_rss_mb"] = round(self.children_hwm_kb / 1024, 1)  # a JVM, chunk readers
+        if self.cpu_s:
+            out["cpu_s"] = {kind: round(seconds, 3) for kind, seconds in sorted(self.cpu_s.items())}
         out.update(self.summary)
         if "records" in out and out.get("work_s"):  # everything written: snapshot rows and changes
             out["records_per_s"] = round(out["records"] / out["work_s"], 1)
@@ -141,6 +148,7 @@ class CliRun:
     done_line: str = ""
     launched: float = 0.0
     _hwm: dict[int, int] = field(default_factory=dict)
+    _cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (kind, CPU seconds)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
     _file: IO[str] | None = None
@@ -188,6 +196,10 @@ class CliRun:
                 hwm = vm_hwm_kb(p)
                 if hwm:
                     self._hwm[p] = max(self._hwm.get(p, 0), hwm)
+                used = cpu_seconds(p)
+                if used is not None:
+                    kind = self._cpu[p][0] if p in self._cpu else "engine" if p == pid else process_kind(p)
+                    self._cpu[p] = (kind, used)
             time.sleep(POLL_S)
 
     def wait_mark(self, name: str, timeout: float) -> float:
@@ -249,6 +261,7 @@ class CliRun:
             python_hwm_kb=self._hwm.get(pid, 0),
             children_hwm_kb=sum(v for p, v in self._hwm.items() if p != pid),
             log=self.log,
+            cpu_s=_by_kind(self._cpu),
             timed_out=timed_out,
             progress=progress,
         )
@@ -308,3 +321,35 @@ def vm_hwm_kb(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` so far (None: gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_kind(pid: int) -> str:
+    """What a descendant of gtidsnap is: its JVM, a chunk reader (a spawned Python process), or other
+    (the JVM's Python workers, for Spark readers)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    if "java" in cmdline.split(" ", 1)[0]:
+        return "jvm"
+    if "multiprocessing" in cmdline and "spawn_main" in cmdline:
+        return "readers"
+    if "resource_tracker" in cmdline:
+        return "other"
+    return "spark_workers" if "pyspark" in cmdline else "other"
+
+
+def _by_kind(cpu: dict[int, tuple[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for kind, seconds in cpu.values():
+        out[kind] = out.get(kind, 0.0) + seconds
+    return out

@@ -84,10 +84,23 @@ def _spark_append(part: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _append_cell(part: dict[str, Any]) -> str:
+    """Spark's appends from Arrow and from staged Parquet: rows/s (JVM CPU s); an older result's one."""
     append = _spark_append(part)
     if append is None:
         return DASH
-    return f"{_num(append.get('rows_per_s'))} ({_num(append.get('cpu_s'), 1)})"
+    if "arrow" not in append:
+        return f"{_num(append.get('rows_per_s'))} ({_num(append.get('cpu_s'), 1)})"
+    arrow, staged = append["arrow"], append["staged"]
+    return (
+        f"{_num(arrow.get('rows_per_s'))} ({_num(arrow.get('jvm_cpu_s'), 1)}) / "
+        f"{_num(staged.get('rows_per_s'))} ({_num(staged.get('jvm_cpu_s'), 1)})"
+    )
+
+
+def _cpu_cell(part: dict[str, Any]) -> str:
+    """gtidsnap's Delta snapshot: CPU µs a row of each of its processes."""
+    cpu = part.get("delta_cpu_us_per_row") or {}
+    return ", ".join(f"{kind} {_num(us, 1)}" for kind, us in sorted(cpu.items())) or DASH
 
 
 Row = tuple[str, Callable[[dict[str, Any]], str]]
@@ -113,13 +126,15 @@ def _rows(result: dict[str, Any]) -> list[Row]:
         ),
         (f"a. snapshot {ARROW} JSON lines, rows/s (ratio to limit)", get("a", lambda p: _rate(p, "jsonl"))),
         (
-            f"a. limit: Spark's append of the {rows} rows from Arrow into Delta, rows/s (CPU s)",
+            f"a. limit: Spark's append of the {rows} rows into Delta from Arrow / from staged Parquet, "
+            "rows/s (JVM CPU s)",
             get("a", _append_cell),
         ),
         (
-            f"a. snapshot {ARROW} Delta, rows/s (ratio to bare scan / to Spark append)",
+            f"a. snapshot {ARROW} Delta, rows/s (ratio to bare scan / to Spark's best append)",
             get("a", lambda p: _rate(p, "delta", "ratio_delta", "ratio_delta_to_spark_append")),
         ),
+        (f"a. snapshot {ARROW} Delta: CPU µs a row by process", get("a", _cpu_cell)),
         (
             f"b. limit: bare binlog decode of {rows} row changes, rows/s",
             get("b", lambda p: _num(p["bare_rows_per_s"])),

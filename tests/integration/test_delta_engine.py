@@ -225,13 +225,17 @@ def rows_at(path: str, version: int) -> list[tuple[Any, ...]]:
 
 
 def check_batches(histories: dict[str, list[tuple[int, str, dict[str, Any]]]]) -> int:
-    """Per table, batch numbers only grow (none applied twice, none reused after an undo); and every
+    """Per table and writer, batch numbers only grow (none applied twice, none reused after an undo); every
     undo goes through the data (a MERGE of the mirror, a DELETE of the changelog), not RESTORE.
     Returns the number of undo commits."""
     undos = 0
     for name, commits in histories.items():
-        batches = [meta["gtidsnap_batch"] for _, _, meta in commits if "gtidsnap_batch" in meta]
-        assert batches == sorted(set(batches)), f"{name}: batches {batches} repeat or go back"
+        # per writer (the sink's app id; the APPENDs of staged snapshot rows are a second one)
+        for app in {meta.get("app_id") for _, _, meta in commits if "gtidsnap_batch" in meta}:
+            batches = [
+                m["gtidsnap_batch"] for _, _, m in commits if "gtidsnap_batch" in m and m.get("app_id") == app
+            ]
+            assert batches == sorted(set(batches)), f"{name} ({app}): batches {batches} repeat or go back"
         for version, operation, meta in commits:
             if "gtidsnap_undo" in meta:
                 undos += 1
@@ -245,6 +249,7 @@ def check_output(spark: SparkSession, pair: ReplicaPair, db: str, root: str) -> 
     rewind; each mirror row is its key's last changelog record. Returns the number of records."""
     expected = {f"{db}.{t}": source_rows(pair, db, t) for t in TABLES}
     records: list[dict[str, Any]] = []
+    unlogged = False  # snapshot rows the changelogs do not hold (sink.changelog_snapshot_rows off)
     for t in TABLES:
         table = TableId(db, t)
         mirror = spark.read.format("delta").load(mirror_path(root, table)).collect()
@@ -266,17 +271,28 @@ def check_output(spark: SparkSession, pair: ReplicaPair, db: str, root: str) -> 
             image = {"id": r["id"], "v": r["v"], "payload": r["payload"]}
             records.append(changelog_record(str(table), r, image))
             last[r["id"]] = max(last.get(r["id"], (0, "")), (r["_seq"], r["_op"]))
+        # a snapshot row the changelog does not hold (sink.changelog_snapshot_rows is off by default)
+        # is newer than every record of its key there; the rest are their key's last record
         stale = [
             (r["id"], r["_seq"], last.get(r["id"]))
             for r in mirror
             if (r["_seq"], r["_op"]) != last.get(r["id"])
+            and not (r["_op"] == "r" and r["_seq"] > last.get(r["id"], (0, ""))[0])
         ]
         assert not stale, (
             f"mirror {table}: rows not at their last changelog record (id, _seq, last): {stale[:5]}"
         )
+        logged = {r["_seq"] for r in changelog}
+        for r in mirror:  # the surviving snapshot rows, which the replay below starts from
+            if r["_op"] == "r" and r["_seq"] not in logged:
+                unlogged = True
+                row = {**r.asDict(), "_snapshot": True}
+                records.append(
+                    changelog_record(str(table), row, {"id": r["id"], "v": r["v"], "payload": r["payload"]})
+                )
     records.sort(key=lambda r: r["seq"])
     assert any(r["snapshot"] for r in records) and any(not r["snapshot"] for r in records)
-    check_invariants(records, expected)
+    check_invariants(records, expected, every_seq=not unlogged)
     return len(records)
 
 
@@ -370,10 +386,12 @@ def test_kill_9_at_random_moments_then_restart(
 ALL = frozenset({"a", "a.changelog", "b", "b.changelog"})
 # How much of the table at the crash's pass a crash point leaves written (the tables before it in the
 # batch are whole): a batch writes its tables in sorted order, each its mirror, then its changelog.
+# A batch appends each table's changelog (a pass of delta-before-table and delta-after-changelog each),
+# then updates each table's mirror (a pass of delta-after-mirror each): what a pass j has written.
 WRITTEN_AT_PASS = {
-    "delta-before-table": (),
-    "delta-after-mirror": ("",),
-    "delta-after-changelog": ("", ".changelog"),
+    "delta-before-table": lambda first, j: {f"{t}.changelog" for t in first[: j - 1]},
+    "delta-after-changelog": lambda first, j: {f"{t}.changelog" for t in first[:j]},
+    "delta-after-mirror": lambda first, j: {f"{t}.changelog" for t in first} | set(first[:j]),
 }
 RUNS_PER_STEP = 3  # a crash can land outside its step's intent (see landing()); it is then tried again
 
@@ -386,9 +404,9 @@ RUNS_PER_STEP = 3  # a crash can land outside its step's intent (see landing());
 # only snapshot rows before it), the landing is checked all the same and the step runs again.
 STEPS = [
     # (crash, the Delta tables holding the crashed batch that the step is after, on rows committed before)
-    ("delta-after-mirror:1", {"a"}, False),  # first batch: a's mirror; its changelog not even created
-    ("delta-before-table:2", {"a", "a.changelog"}, False),  # a written, b not
-    ("delta-after-mirror:4", {"a", "a.changelog", "b"}, True),  # a later batch, over committed rows
+    ("delta-after-changelog:1", {"a.changelog"}, False),  # first batch: a's changelog, no mirror yet
+    ("delta-before-table:2", {"a.changelog"}, False),  # a's changelog written, b's not
+    ("delta-after-mirror:3", {"a.changelog", "b.changelog", "a"}, True),  # a later batch, over committed rows
     ("between-commit-and-checkpoint:2", ALL, False),  # the whole batch
 ]
 
@@ -406,13 +424,17 @@ class Landing:
     how: str
 
 
-def batch_holders(histories: dict[str, list[tuple[int, str, dict[str, Any]]]], batch: int) -> dict[str, int]:
-    return {
-        name: version
-        for name, commits in histories.items()
-        for version, _, meta in commits
-        if meta.get("gtidsnap_batch") == batch
-    }
+def batch_holders(
+    histories: dict[str, list[tuple[int, str, dict[str, Any]]]], batch: int
+) -> dict[str, tuple[int, int]]:
+    """The tables holding ``batch``: their first and last version of it (a mirror may take two commits
+    of a batch: the APPEND of its staged snapshot rows, and its MERGE)."""
+    held: dict[str, tuple[int, int]] = {}
+    for name, commits in histories.items():
+        versions = [version for version, _, meta in commits if meta.get("gtidsnap_batch") == batch]
+        if versions:
+            held[name] = (min(versions), max(versions))
+    return held
 
 
 def whole(tables: Iterable[str]) -> frozenset[str]:
@@ -464,21 +486,28 @@ def landing(cli: DeltaCli, crash: str, log: str, paths: dict[str, str]) -> Landi
         j = int(nth) - sum(tables for _, tables in done)
         assert 1 <= j <= len(TABLES), f"{crash}: pass {j} of batch {batch}, after finished batches {done}"
         how = f"pass {j} of batch {batch}, after {len(done)} finished batches of this run"
-        part = WRITTEN_AT_PASS[point]
-        if j == len(TABLES) or (j == 1 and first_batch == 1 and cli.runs == 1):
-            first = TABLES[:j]
+        written = WRITTEN_AT_PASS[point]
+        holders = sorted(name.split(".")[0] for name in batch_holders(histories, batch))
+        if (
+            point == "delta-after-mirror"
+            or j == len(TABLES)
+            or (j == 1 and first_batch == 1 and cli.runs == 1)
+        ):
+            # the changelogs are all written before any mirror: the batch's tables are those
+            first = tuple(sorted(set(holders))) if point == "delta-after-mirror" else TABLES[:j]
+            first = first or TABLES[:j]
         else:  # j == 1 in a later batch (one after a batch of one table): its first table is not known
-            mirrors = sorted(name for name in batch_holders(histories, batch) if "." not in name)
-            first = tuple(mirrors[:1]) or TABLES[:1]
-            if part:
-                how += " (which table it wrote first is not known: only the shape is checked)"
-        expected = whole(first[:-1]) | {f"{first[-1]}{suffix}" for suffix in part}
+            first = tuple(holders[:1]) or TABLES[:1]
+            how += " (which table it wrote first is not known: only the shape is checked)"
+        expected = written(first, j)
     top = max((m.get("gtidsnap_batch", 0) for c in histories.values() for _, _, m in c), default=0)
     assert top <= batch, f"{crash} ({how}): batch {top} was written, beyond the cut batch {batch}"
     return Landing(crash, checkpoint_batch, batch, frozenset(expected), batch_holders(histories, batch), how)
 
 
-def crash_cli(pair: ReplicaPair, db: str, out: Path, merge_interval_s: str) -> DeltaCli:
+def crash_cli(
+    pair: ReplicaPair, db: str, out: Path, merge_interval_s: str, changelog_snapshot_rows: str | None = None
+) -> DeltaCli:
     """Tables a and b of 200 rows, and the CLI that snapshots them with chunks of 20, 100 ms apart (a
     snapshot, redone from scratch while the checkpoint has none, spans batches)."""
     for t in TABLES:
@@ -491,6 +520,11 @@ def crash_cli(pair: ReplicaPair, db: str, out: Path, merge_interval_s: str) -> D
             "GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20",
             "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100",
             "GTIDSNAP_SINK_MERGE_INTERVAL_S": merge_interval_s,
+            **(
+                {"GTIDSNAP_SINK_CHANGELOG_SNAPSHOT_ROWS": changelog_snapshot_rows}
+                if changelog_snapshot_rows
+                else {}
+            ),
         },
     )
 
@@ -504,8 +538,9 @@ def test_kill_9_at_each_point_of_a_delta_commit(
     (read back by time travel), and never reuses its number; the last run finishes and the output is
     exact."""
     pair, db = mariadb_pair, maria_db
-    # the mirror is written in every batch (merges not deferred: see the deferred test for those)
-    cli = crash_cli(pair, db, tmp_path, merge_interval_s="0")
+    # the mirror is written in every batch (merges not deferred: see the deferred test for those), and
+    # the changelogs take snapshot rows too: every batch writes both tables of each table it holds
+    cli = crash_cli(pair, db, tmp_path, merge_interval_s="0", changelog_snapshot_rows="true")
     paths = delta_tables(cli.root, db)
     writer = Writer(
         pair, db, list(TABLES), seed=29, transactions=100_000, pause_s=0.2, every_table=True
@@ -529,7 +564,7 @@ def test_kill_9_at_each_point_of_a_delta_commit(
                 tried.append(f"run {cli.runs}: {where.how}: {sorted(where.holding)}")
                 if where.expected == intended and (
                     not over_committed_rows
-                    or all(rows_at(paths[name], v - 1) for name, v in where.holding.items())
+                    or all(rows_at(paths[name], first - 1) for name, (first, _) in where.holding.items())
                 ):
                     break
             else:
@@ -542,16 +577,14 @@ def test_kill_9_at_each_point_of_a_delta_commit(
 
     histories = {name: history(path) for name, path in paths.items()}
     for where in landings:
-        for name, version in where.holding.items():
-            undo = {v: (op, meta) for v, op, meta in histories[name]}.get(version + 1)
-            wanted = {
-                "gtidsnap_undo": {"to_version": version - 1, "checkpoint_batch": where.checkpoint_batch}
-            }
+        for name, (first, last) in where.holding.items():
+            undo = {v: (op, meta) for v, op, meta in histories[name]}.get(last + 1)
+            wanted = {"gtidsnap_undo": {"to_version": first - 1, "checkpoint_batch": where.checkpoint_batch}}
             assert undo is not None and undo[1] == wanted, (
-                f"{where.crash}: {name} v{version + 1} is {undo}, not the undo"
+                f"{where.crash}: {name} v{last + 1} is {undo}, not the undo"
             )
-            assert rows_at(paths[name], version + 1) == rows_at(paths[name], version - 1), (
-                f"{where.crash}: the undo of {name} did not put back the rows of its version {version - 1}"
+            assert rows_at(paths[name], last + 1) == rows_at(paths[name], first - 1), (
+                f"{where.crash}: the undo of {name} did not put back the rows of its version {first - 1}"
             )
     check_batches(histories)
     check_output(spark, pair, db, cli.root)
@@ -565,7 +598,7 @@ DEFERRED_STEPS = (
     "delta-after-changelog:3",  # changes of checkpointed batches still wait for their MERGE ...
     "delta-before-catch-up:1",  # ... so the next start MERGEs them from the changelog: killed before
     "delta-after-catch-up:1",  # and after it (the catch-up is a batch: undone, then done again)
-    "between-commit-and-checkpoint:3",
+    "between-commit-and-checkpoint:2",
     "delta-after-mirror:1",  # by now a due MERGE or the one that drains what waits at the end
 )
 CAUGHT_UP = re.compile(r"caught up with its changelog from _seq \S+ to \d+ \(batch (\d+)\)")

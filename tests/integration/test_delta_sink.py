@@ -63,10 +63,11 @@ def make_sink(
     path: Path,
     schemas: dict[TableId, TableSchema] = SCHEMAS,
     merge_interval_s: float = 0.0,
+    **more: Any,
 ) -> DeltaSink:
     """A sink whose mirror MERGEs every batch (the default defers merges: see the deferred test)."""
     settings = SinkSettings(
-        type="delta", path=str(path), app_id="test-app", merge_interval_s=merge_interval_s
+        type="delta", path=str(path), app_id="test-app", merge_interval_s=merge_interval_s, **more
     )
     return DeltaSink(settings, lambda: spark, lambda table: schemas[table])
 
@@ -123,7 +124,7 @@ def feed(spark: SparkSession, path: str, batch: int) -> list[tuple[Any, ...]]:
 def test_merge_rules_idempotent_retry_cdf_changelog_and_schema_changes(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sink = make_sink(spark, tmp_path)
+    sink = make_sink(spark, tmp_path, changelog_snapshot_rows=True)
     sink.open(None)
     assert sink.commit() == {"delta_batch": 0}, "nothing written: no batch, no Spark job"
     mirror, changelog = mirror_path(sink.root, ORDERS), changelog_path(sink.root, ORDERS)
@@ -133,7 +134,7 @@ def test_merge_rules_idempotent_retry_cdf_changelog_and_schema_changes(
     assert sink.commit() == {"delta_batch": 1}
 
     # batch 2: updates (two of one key), a delete, an insert, a primary-key change 4 -> 40;
-    # its changelog write fails once, after the mirror MERGE went through
+    # the batch fails once, right after the mirror MERGE went through
     batch2 = [
         change("u", 6, row(1, "n1"), row(1, "one")),
         change("d", 7, row(2, "n2"), None),
@@ -143,16 +144,16 @@ def test_merge_rules_idempotent_retry_cdf_changelog_and_schema_changes(
         change("u", 11, row(4, "n4"), row(40, "forty")),
     ]
     sink.write(batch2)
-    real_append = sink._append
+    real_merge = sink.tables.merge_frame
     failures = iter([RuntimeError("storage went away")])
 
-    def flaky_append(*args: Any) -> None:
+    def flaky_merge(*args: Any) -> None:
+        real_merge(*args)
         failure = next(failures, None)
         if failure is not None:
             raise failure
-        real_append(*args)
 
-    monkeypatch.setattr(sink, "_append", flaky_append)
+    monkeypatch.setattr(sink.tables, "merge_frame", flaky_merge)
     with pytest.raises(SinkError, match=r"batch 2 of shop\.orders .*storage went away"):
         sink.commit()
     with pytest.raises(SinkError, match="retry commit"):
@@ -269,7 +270,7 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
     state_at_3 = read(spark, mirror_path(sink.root, ORDERS))
     changelog_at_3 = read(spark, changelog_path(sink.root, ORDERS))
 
-    # batch 4, "crashed": items (mirror + changelog) and the orders mirror written, orders changelog not
+    # batch 4, "crashed": items (mirror + changelog) and the orders changelog written, orders mirror not
     crashed = [
         change("c", 40, None, row(100, "crashed"), ITEMS),
         change("u", 41, row(10, "x"), row(10, "crashed")),
@@ -277,14 +278,14 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
         change("c", 43, None, row(99, "crashed")),
     ]
     sink.write(crashed)
-    real_append = sink._append
+    real_update = sink._update
 
     def crash_on_orders(table: TableId, *args: Any) -> None:
         if table == ORDERS:
             raise KeyboardInterrupt  # stands for kill -9: nothing after this runs
-        real_append(table, *args)
+        real_update(table, *args)
 
-    sink._append = crash_on_orders  # type: ignore[method-assign]
+    sink._update = crash_on_orders  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         sink.commit()
     assert read(spark, mirror_path(sink.root, ITEMS)) != []
@@ -296,7 +297,9 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
     assert read(spark, changelog_path(sink.root, ORDERS)) == changelog_at_3
     assert read(spark, mirror_path(sink.root, ITEMS)) == []
     assert read(spark, changelog_path(sink.root, ITEMS)) == []
-    undo = history(spark, mirror_path(sink.root, ORDERS))[-1]
+    undo = history(spark, changelog_path(sink.root, ORDERS))[-1]
+    assert undo[1] == "DELETE" and undo[2]["gtidsnap_undo"]["checkpoint_batch"] == 3
+    undo = history(spark, mirror_path(sink.root, ITEMS))[-1]
     assert undo[1] == "MERGE" and undo[2]["gtidsnap_undo"]["checkpoint_batch"] == 3
 
     # the replay: the same seqs, other records
@@ -332,11 +335,12 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
 def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Deferred merges: fresh snapshot rows go to the mirror by APPEND, streamed changes wait (the
-    changelog holds them); a stop with changes waiting is caught up from the changelog when the sink
-    opens again, as a batch of its own; a fresh row whose key has a waiting change is merged, never
-    appended beside it; ``drain`` makes the mirror whole."""
-    sink = make_sink(spark, tmp_path, merge_interval_s=3600)
+    """Deferred merges: fresh snapshot rows go to the mirror by APPEND (here at every batch:
+    ``snapshot_rows`` = 1), streamed changes wait (the changelog holds them); a fresh row whose key has
+    an older waiting change takes it along (folded) and is appended; a stop with changes waiting is
+    caught up from the changelog by the next batch after the sink opens again; ``drain`` makes the
+    mirror whole."""
+    sink = make_sink(spark, tmp_path, merge_interval_s=3600, changelog_snapshot_rows=True, snapshot_rows=1)
     mirror, changelog = mirror_path(sink.root, ORDERS), changelog_path(sink.root, ORDERS)
     sink.open(None)
     sink.write([change("u", 1, row(5, "x"), row(5, "streamed before its chunk"))])  # waits
@@ -347,7 +351,7 @@ def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
     appended = history(spark, mirror)[-1]
     assert appended[1] == "WRITE" and appended[2]["gtidsnap_merged_seq"] == 0, appended
 
-    sink.write([change("r", 6, None, row(5, "chunk 5"), fresh=True)])  # key 5 waits: merged, not appended
+    sink.write([change("r", 6, None, row(5, "chunk 5"), fresh=True)])  # key 5's older change is folded
     sink.write([change("r", 7, None, row(6, "chunk 6"), fresh=True)])
     sink.write([change("d", 8, row(2, "chunk 2"), None)])
     position = sink.commit()
@@ -357,12 +361,15 @@ def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
         (2, "chunk 2"),
         (3, "chunk 3"),
         (4, "chunk 4"),
+        (5, "chunk 5"),
         (6, "chunk 6"),
     ]
-    sink.close()  # stopped with the changes of seq 1, 6 and 8 waiting
+    sink.close()  # stopped with the change of seq 8 waiting
 
     again = make_sink(spark, tmp_path, merge_interval_s=3600)
     again.open(position)
+    assert history(spark, mirror)[-1][2]["gtidsnap_batch"] == 2, "opening writes nothing"
+    assert again.commit() == {"delta_batch": 3}, "the catch-up took batch 3"
     caught = history(spark, mirror)[-1]
     assert caught[1] == "MERGE" and caught[2]["gtidsnap_batch"] == 3 and caught[2]["gtidsnap_merged_seq"] == 8
     assert read(spark, mirror, "id", "name", "_seq") == [
@@ -372,7 +379,6 @@ def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
         (5, "chunk 5", 6),
         (6, "chunk 6", 7),
     ]
-    assert again.commit() == {"delta_batch": 3}, "the catch-up took batch 3"
 
     again.write([change("u", 9, row(6, "chunk 6"), row(6, "changed"))])
     again.write([change("d", 10, row(1, "chunk 1"), None), change("c", 11, None, row(7, "new"))])
@@ -406,14 +412,15 @@ def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
 
 
 def test_snapshot_rows_kept_out_of_the_changelog(spark: SparkSession, tmp_path: Path) -> None:
-    """sink.changelog_snapshot_rows = false: snapshot rows reach the mirror only (appended, or merged
-    at once when their key had another change: nothing else would hold them while they wait)."""
+    """sink.changelog_snapshot_rows = false (the default): snapshot rows reach the mirror only, staged
+    until appended (here at once: ``snapshot_rows`` = 1), an older waiting change of a key folded in."""
     settings = SinkSettings(
         type="delta",
         path=str(tmp_path),
         app_id="test-app",
         merge_interval_s=3600,
         changelog_snapshot_rows=False,
+        snapshot_rows=1,
     )
     sink = DeltaSink(settings, lambda: spark, lambda table: SCHEMAS[table])
     mirror, changelog = mirror_path(sink.root, ORDERS), changelog_path(sink.root, ORDERS)
@@ -427,7 +434,7 @@ def test_snapshot_rows_kept_out_of_the_changelog(spark: SparkSession, tmp_path: 
         (2, "chunk 2", 3),
         (3, "chunk 3", 4),
         (4, "chunk 4", 5),
-    ], "key 3's snapshot row merged at once, with the change that waited"
+    ], "key 3's snapshot row is newer than the change that waited: appended, the change done"
     sink.close()
 
 
@@ -646,9 +653,11 @@ def test_end_to_end_every_type_concurrent_writers_and_add_column(
     execute(pair, db, ALL_TYPES, many=[(INSERT, [random_row(rnd, k) for k in range(0, 80, 2)])])
     tables = [TableId(db, "a"), TableId(db, "all_types")]
     config = make_config(pair, tmp_path, tables, chunk_size=25)
-    config = dataclasses.replace(
-        config, sink=SinkSettings(type="delta", path=str(tmp_path / "delta"), batch_ms=4000)
+    # snapshot rows in the changelogs too (not the default), so the changelogs replay to the tables
+    sink = SinkSettings(
+        type="delta", path=str(tmp_path / "delta"), batch_ms=4000, changelog_snapshot_rows=True
     )
+    config = dataclasses.replace(config, sink=sink)
 
     def run(snapshot: list[TableId]) -> None:
         with Replica(config.source) as replica:

@@ -96,3 +96,53 @@ def test_a_split_names_no_secret_and_a_failed_spark_job_reads_its_splits_again(
         assert reads == []
     finally:
         readers.close()
+
+
+def test_splits_into_delta_are_staged_by_the_executors_and_no_row_reaches_the_driver(
+    pair: ReplicaPair, fresh_db: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Delta output with Spark readers: each split's task writes its rows (Arrow, the Delta types) to
+    the output's staging folder and sends back only its keys, watermarks and the file's name; the
+    driver's sink appends the files by Spark, the rows each window dropped left out. No split row is
+    ever read into the driver's Python (pyarrow may read key columns only), under a writer."""
+    import pyarrow.parquet as pq
+
+    from gtidsnap.config.loading import SinkSettings
+    from gtidsnap.sinks.arrow_columns import StagedRows
+    from gtidsnap.sinks.delta import mirror_path
+    from gtidsnap.snapshot import planner
+
+    create_table(pair, fresh_db, "a", 400)
+    table = TableId(fresh_db, "a")
+    writer = Writer(pair, fresh_db, ["a"], seed=11, transactions=300, pause_s=0.02).start()
+    config = spark_config(pair, tmp_path, [table], chunk_size=50)
+    config = dataclasses.replace(config, sink=SinkSettings(type="delta", path=str(tmp_path / "delta")))
+    crossed: list[object] = []
+    on_read = planner.ChunkPlanner._on_read
+
+    def watched(self: planner.ChunkPlanner, read: object) -> object:
+        crossed.append(getattr(read, "rows", None))
+        return on_read(self, read)  # type: ignore[arg-type]
+
+    read_table = pq.read_table
+
+    def keys_only(source: object, *args: object, columns: object = None, **kwargs: object) -> object:
+        assert columns is not None and "payload" not in columns, f"the driver read rows of {source}"
+        return read_table(source, *args, columns=columns, **kwargs)
+
+    monkeypatch.setattr(planner.ChunkPlanner, "_on_read", watched)
+    monkeypatch.setattr(pq, "read_table", keys_only)
+    with Replica(config.source) as replica:
+        engine = build_engine(config, replica, spark_factory=lambda: spark)
+        assert isinstance(engine.readers, SparkChunkReaders)
+        engine.run(snapshot=[table], until_caught_up=True)
+    writer.join()
+    monkeypatch.undo()
+    rows = [r for r in crossed if r is not None]
+    assert rows and all(isinstance(r, StagedRows) for r in rows), "only file names crossed, not rows"
+    with Replica(config.source) as replica:  # the writer may finish after the snapshot: catch up
+        build_engine(config, replica, spark_factory=lambda: spark).run(until_caught_up=True)
+    mirror = spark.read.format("delta").load(mirror_path(str(tmp_path / "delta"), table)).collect()
+    got = {(r["id"],): {"id": r["id"], "v": r["v"], "payload": r["payload"]} for r in mirror}
+    assert len(got) == len(mirror), "no key twice in the mirror"
+    assert got == source_rows(pair, fresh_db, "a")

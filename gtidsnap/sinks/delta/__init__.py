@@ -9,13 +9,14 @@ any other byte becomes ``~hh``, so ``shop.order-items`` stays readable and no na
                                     (the before image for deletes) + _op, _seq, _gtid, _source_ts,
                                     _snapshot
 
-Mirror rules. A batch (one ``commit``) is reduced to the last record per key (by ``seq``) and MERGEd
-by primary key; a change applies only when its ``_seq`` is greater than the row's, so nothing replayed
-or stale rewinds a row. A delete removes the row. Removing is safe because ``seq`` only grows from
-one batch to the next, except for a record that arrives late *and* stale (never produced by the
-engine): such an insert after a delete would bring the row back. An update that changes the primary
-key deletes the old key and writes the new one (in the changelog it is a ``d`` row with the before
-image and a ``c`` row with the after image, both with the record's ``_seq``, as Debezium does).
+Mirror rules. Streamed changes wait for the mirror's MERGE (every ``sink.merge_interval_s``, the
+changelog holding them meanwhile), reduced to the last change per key; snapshot rows are staged as
+Parquet and APPENDed in bulk where the mirror cannot hold their key (see
+:mod:`gtidsnap.sinks.delta.mirror_update` for the rule, and docs/design.md for what it costs). A change
+applies only when its ``_seq`` is greater than the row's, so nothing replayed or stale rewinds a row. A
+delete removes the row. An update that changes the primary key deletes the old key and writes the new
+one (in the changelog it is a ``d`` row with the before image and a ``c`` row with the after image,
+both with the record's ``_seq``, as Debezium does).
 
 Schema changes. New columns are added by the MERGE (``withSchemaEvolution``) and the append
 (``mergeSchema``). A dropped column stays in the Delta tables; rows written after the drop have NULL in
@@ -24,8 +25,9 @@ type widening, enabled on the table when first needed) when Delta supports it, a
 with a :class:`SinkError` naming the table and the column (see :mod:`gtidsnap.sinks.delta.widening`).
 
 Exactly once across crashes. The engine calls :meth:`DeltaSink.commit` and then saves its checkpoint
-with the returned position ``{"delta_batch": N}``; a crash can fall between the two, or in the middle
-of a commit that writes several tables.
+with the returned position ``{"delta_batch": N, "staged": [...]}`` (the staged snapshot files not yet
+in their mirrors); a crash can fall between the two, or in the middle of a commit that writes several
+tables.
 
 * Every commit is batch N = previous + 1. Each Delta write of it carries ``txnAppId`` = the app id
   (``sink.app_id``, default derived from the path) and ``txnVersion`` = N, so Delta skips a write it
@@ -51,9 +53,12 @@ source is refused (move the tables away and snapshot again). VACUUM must keep fi
 checkpoint interval (the default 168 hours is plenty), or the versions an undo reads may be gone.
 
 The package, one concern per module: ``layout`` (names, paths, the tables under a path), ``session``
-(Spark start-up of the Spark jobs), ``columns`` (the column plan of a write), ``rows`` (records as row
-changes and Arrow), ``recovery`` (the undo when the sink opens), ``sink`` (:class:`DeltaSink`),
-``writes`` (helpers of its Delta writes), ``util`` (what several of them share).
+(Spark start-up of the Spark jobs), ``columns`` (the column plan of a write), ``change_rows`` (a
+batch's rows as Arrow), ``staging`` (snapshot rows staged until appended), ``mirror_update`` (the rule
+of a mirror's update) and ``mirror_writes`` (it, in Spark), ``batch_writes`` (a table's part of a
+batch), ``recovery`` (the undo when the sink opens), ``catch_up`` (watermarks, the changelog's records
+a mirror lacks, ``current_state``), ``sink`` (:class:`DeltaSink`), ``tables`` and ``writes`` (its
+Delta writes), ``util`` (what several of them share).
 """
 
 from gtidsnap.sinks.delta.catch_up import current_state
@@ -73,7 +78,6 @@ from gtidsnap.sinks.delta.layout import (
     list_tables,
     mirror_path,
 )
-from gtidsnap.sinks.delta.rows import Change, arrow_rows, changes_of, last_per_key
 from gtidsnap.sinks.delta.session import job_spark_session
 from gtidsnap.sinks.delta.sink import POSITION_KEY, DeltaSink
 
@@ -82,23 +86,19 @@ __all__ = [
     "KEY_PROPERTY",
     "POSITION_KEY",
     "SOURCE_PROPERTY",
-    "Change",
     "ColumnPlan",
     "DeltaSink",
     "DeltaTableRef",
     "PlannedColumn",
     "TableKind",
     "absolute_root",
-    "arrow_rows",
     "changelog_path",
-    "changes_of",
     "clear_uncommitted_log",
     "current_state",
     "decode_name",
     "default_app_id",
     "encode_name",
     "job_spark_session",
-    "last_per_key",
     "list_tables",
     "mirror_path",
     "plan_columns",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MERGED_SEQ = "gtidsnap_merged_seq"
+STAGED_SEQ = "gtidsnap_staged_seq"  # staged snapshot rows up to this _seq are in the mirror
 MIRROR_JOB = "gtidsnap_mirror_job"  # user metadata of a commit of the mirror job (spark/mirror_job.py)
 NOTHING_WAITS = -1  # the watermark of a mirror written before merges were deferred: nothing to catch up
 
@@ -65,6 +66,25 @@ def merged_watermark(commits: Sequence[Any]) -> int | None:
             seq = meta.get(MERGED_SEQ)
             return int(seq) if isinstance(seq, int) else NOTHING_WAITS
     return None
+
+
+def staged_watermark(commits: Sequence[Any]) -> int:
+    """How far a mirror holds its staged snapshot rows (``gtidsnap_staged_seq`` of its newest commit
+    that is not undone and carries it); -1: none."""
+    below: int | None = None
+    for commit in sorted(commits, key=lambda c: int(c["version"]), reverse=True):
+        version = int(commit["version"])
+        if below is not None and version > below:
+            continue
+        meta = _metadata(commit)
+        undone_to = _undone_to(commit, meta)
+        if undone_to is not None:
+            below = undone_to if below is None else min(below, undone_to)
+            continue
+        seq = meta.get(STAGED_SEQ)
+        if isinstance(seq, int):
+            return seq
+    return -1
 
 
 def changelog_after(

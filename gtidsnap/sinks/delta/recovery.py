@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import quote_ident
-from gtidsnap.sinks.delta.catch_up import merged_watermark
+from gtidsnap.sinks.delta.catch_up import merged_watermark, staged_watermark
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, DeltaTableRef, recorded_key
 from gtidsnap.sinks.delta.util import USER_METADATA, same_key, short_error
 
@@ -30,6 +30,7 @@ class Recovery:
     restored_to: int | None
     max_batch: int
     merged_seq: int | None  # a mirror's watermark after recovery (see catch_up.merged_watermark)
+    staged_seq: int = -1  # how far a mirror holds its staged snapshot rows (catch_up.staged_watermark)
 
 
 def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
@@ -49,7 +50,7 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
         elif target is not None and _undoes(c, target):
             dirty = False
     if not dirty or target is None:
-        return Recovery(None, highest, merged_watermark(commits))
+        return Recovery(None, highest, merged_watermark(commits), staged_watermark(commits))
     if target < 0:
         raise SinkError(f"{ref.path} has no version before batch {last + 1} to go back to")
     _undo(spark, ref, target, int(commits[-1]["version"]), last)
@@ -62,7 +63,7 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
         target,
     )
     kept = [c for c in commits if int(c["version"]) <= target]
-    return Recovery(target, highest, merged_watermark(kept))
+    return Recovery(target, highest, merged_watermark(kept), staged_watermark(kept))
 
 
 def recent_commits(table: DeltaTable, enough: Callable[[list[Any]], bool]) -> list[Any]:

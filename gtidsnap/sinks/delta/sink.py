@@ -1,29 +1,33 @@
-"""The Delta Lake sink: batches of records written to each table's changelog (append) and mirror
-(append of fresh snapshot rows, deferred MERGE of the rest), idempotently per batch (see the package
-docstring of :mod:`gtidsnap.sinks.delta`)."""
+"""The Delta Lake sink: each batch APPENDs its streamed records to the tables' changelogs and stages its
+snapshot rows as Parquet files; a table's mirror is updated when due, by one APPEND of its staged rows
+(folded with newer changes) and one MERGE of the rest (:mod:`gtidsnap.sinks.delta.mirror_update`),
+idempotently per batch (see the package docstring of :mod:`gtidsnap.sinks.delta`).
+
+Snapshot rows come from the chunk readers as Arrow columns (:class:`SnapshotColumns`; the readers
+render them, :meth:`DeltaSink.chunk_renderer`): they are never Python objects here, and go to Delta
+in large appends (``sink.snapshot_rows`` staged rows, or ``sink.merge_interval_s`` after the first,
+or the end of the run), since Spark pays per commit and per file, not per row.
+"""
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from pyspark.sql import functions as F
 
 from gtidsnap.config.loading import SinkSettings
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.errors import ConfigError, SinkError
 from gtidsnap.core.model import TableId
-from gtidsnap.core.records import Emitted, Record
-from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.core.records import Emitted, SnapshotColumns, SnapshotLines
+from gtidsnap.core.schema import TableSchema
+from gtidsnap.sinks.arrow_columns import ArrowRenderer, StagedRenderer
+from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.catch_up import (
-    NOTHING_WAITS,
-    changelog_after,
-    has_streamed_rows,
-)
+from gtidsnap.sinks.delta.batch_writes import MirrorEntry, Pending, TableWriter
+from gtidsnap.sinks.delta.catch_up import NOTHING_WAITS, changelog_after
 from gtidsnap.sinks.delta.layout import (
     absolute_root,
     changelog_path,
@@ -32,11 +36,11 @@ from gtidsnap.sinks.delta.layout import (
     mirror_path,
     recorded_key,
 )
-from gtidsnap.sinks.delta.mirror_route import Key, MergePolicy, route
+from gtidsnap.sinks.delta.mirror_update import MergePolicy
+from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter, spark_schema
 from gtidsnap.sinks.delta.recovery import recover
-from gtidsnap.sinks.delta.rows import Change, changes_of, last_per_key
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape
-from gtidsnap.sinks.delta.util import same_key, short_error
+from gtidsnap.sinks.delta.util import short_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,28 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gtidsnap.sinks.delta")
 
 POSITION_KEY = "delta_batch"
-# Keys kept per table to route fresh snapshot rows (about 100 bytes each); beyond, that table's rows
-# are merged for the rest of the run.
-HELD_KEYS_CAP = 500_000
-
-
-@dataclass
-class _Pending:
-    """Records of one table waiting for the next commit, with every shape the engine gave for them."""
-
-    schema: TableSchema
-    seen: dict[str, Column] = field(default_factory=dict)
-    records: list[Record] = field(default_factory=list)
-
-
-@dataclass
-class _Waiting:
-    """Changes of one table written to its changelog, waiting for the mirror's next MERGE."""
-
-    schema: TableSchema
-    seen: dict[str, Column] = field(default_factory=dict)
-    changes: list[Change] = field(default_factory=list)
-    since: float | None = None  # time.monotonic() of the first one
+STAGED_KEY = "staged"
 
 
 class DeltaSink:
@@ -97,18 +80,18 @@ class DeltaSink:
         self._spark: SparkSession | None = None
         self._batch: int | None = None  # the last batch written; None until open
         self._failed: int | None = None  # a batch whose commit failed, to be retried as is
-        self._pending: dict[TableId, _Pending] = {}
+        self._pending: dict[TableId, Pending] = {}
         self._tables: DeltaTables | None = None
-        # Deferred merges (the changelog holds what waits) and the append route of fresh rows:
+        self._mirrors: dict[TableId, MirrorEntry] = {}
+        self._writer: MirrorWriter | None = None
+        self._table_writer: TableWriter | None = None
         interval = settings.merge_interval_s if settings.changelog else 0.0
         self._policy = MergePolicy(interval_s=interval, max_rows=settings.merge_rows)
-        self._waiting: dict[TableId, _Waiting] = {}
-        self._held: dict[TableId, set[Key] | None] = {}  # absent: not decided yet this run
-        self._top_seq: dict[TableId, int] = {}
         self._draining = False
+        self._done: list[staging.StagedFile] = []  # appended: deleted once no checkpoint names them
 
     @property
-    def _mirrors(self) -> bool:
+    def _keeps_mirrors(self) -> bool:
         """Does this sink write the mirrors (else spark/mirror_job.py does, from the changelogs)?"""
         return self.settings.mirror == "gtidsnap"
 
@@ -129,9 +112,14 @@ class DeltaSink:
             raise SinkError("the Delta sink is not open")
         return self._tables
 
+    def chunk_renderer(self, remote: bool) -> ArrowRenderer | StagedRenderer:
+        """Chunk readers build their rows as Arrow columns in the Delta types; remote ones (Spark
+        executors) write them under the output's staging folder, so no row comes to this process."""
+        return StagedRenderer(staging.splits_folder(self.root)) if remote else ArrowRenderer()
+
     # ------------------------------------------------------------------ Sink protocol
     def open(self, committed: Any) -> None:
-        last = self._parse_position(committed)
+        last, staged = self._parse_position(committed)
         try:
             self._spark = self._spark_factory()
             tables = list_tables(self.spark, self.root)
@@ -148,19 +136,20 @@ class DeltaSink:
                     "there: point sink.path at that output, or start over with a new checkpoint"
                 )
             highest = last or 0
-            merged: dict[TableId, int | None] = {}  # each mirror's watermark after recovery
+            watermarks: dict[TableId, tuple[int | None, int]] = {}
             for ref in tables:
                 recovery = recover(self.spark, ref, last or 0)
                 highest = max(highest, recovery.max_batch)
                 if ref.kind == "mirror":
-                    merged[ref.table] = recovery.merged_seq
+                    watermarks[ref.table] = (recovery.merged_seq, recovery.staged_seq)
             self._reset()
             self._tables = DeltaTables(self.spark, self.app_id)
+            self._writer = MirrorWriter(self.spark, self._tables, self.app_id)
+            self._table_writer = TableWriter(
+                self.spark, self._tables, self.root, self.app_id, self.settings, self._entry
+            )
             logged = {ref.table for ref in tables if ref.kind == "changelog"}
-            if self._mirrors and self._catch_up(
-                {t: w for t, w in merged.items() if t in logged}, highest + 1
-            ):
-                highest += 1
+            self._resume_mirrors(watermarks, logged, staged)
         except SinkError:
             raise
         except Exception as exc:  # Spark/Delta/py4j errors: say where
@@ -169,6 +158,44 @@ class DeltaSink:
         self._failed = None
         log.info("Delta sink at %s open: checkpoint at batch %s, next batch %d", self.root, last, highest + 1)
 
+    def _resume_mirrors(
+        self,
+        watermarks: Mapping[TableId, tuple[int | None, int]],
+        logged: set[TableId],
+        staged: Sequence[staging.StagedFile],
+    ) -> None:
+        """Staged files the checkpoint names wait again (those the mirror already holds are deleted);
+        other staged files are deleted; a mirror behind its changelog catches up at the next update."""
+        pending: list[staging.StagedFile] = []
+        for file in staged:
+            held = watermarks.get(file.table, (None, -1))[1]
+            (self._done if file.last_seq <= held else pending).append(file)
+        staging.remove(self._done)
+        self._done = []
+        for removed in staging.remove_unlisted(self.root, pending):
+            log.info("removed %s: staged by a batch whose checkpoint was never saved", removed)
+        if not self._keeps_mirrors:
+            return
+        for table in sorted({*(f.table for f in pending), *(t for t in watermarks if t in logged)}):
+            merged, staged_seq = watermarks.get(table, (None, -1))
+            entry = self._entry(table)
+            entry.state.staged = [f for f in pending if f.table == table]
+            entry.state.staged_seq = staged_seq
+            if table in logged and merged != NOTHING_WAITS:
+                self._catch_up(table, entry, merged)
+
+    def _catch_up(self, table: TableId, entry: MirrorEntry, merged: int | None) -> None:
+        """The changelog's records the mirror does not hold yet (a run stopped while they waited): they
+        wait again, and the mirror's next update (the next batch) merges them."""
+        mirror, changelog = mirror_path(self.root, table), changelog_path(self.root, table)
+        key = recorded_key(self.spark, mirror)
+        if not key:
+            return
+        rows = changelog_after(self.spark, changelog, key, merged).toArrow()
+        if rows.num_rows:
+            entry.state.wait(rows)
+            entry.catch_up = (merged, entry.state.top_seq)
+
     def write(self, records: Sequence[Emitted]) -> None:
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
@@ -176,216 +203,197 @@ class DeltaSink:
             raise SinkError(
                 f"the commit of batch {self._failed} failed: retry commit() or reopen the sink before writing"
             )
-        by_table: dict[TableId, list[Record]] = {}
+        touched: dict[TableId, Pending] = {}
         for r in records:
-            if not isinstance(r, Record):  # it has no takes_encoded_rows
-                raise SinkError("the Delta sink takes records with values, not encoded snapshot lines")
-            by_table.setdefault(r.table, []).append(r)
-        for table, rows in by_table.items():
+            if isinstance(r, SnapshotLines):
+                raise SinkError("the Delta sink takes records and columns, not encoded snapshot lines")
+            part = touched.get(r.table) or self._pending.get(r.table)
+            if part is None:
+                schema = self.schema_of(r.table)
+                part = self._pending[r.table] = Pending(schema, {c.name: c for c in schema.columns})
+            touched[r.table] = part
+            if isinstance(r, SnapshotColumns):
+                part.chunks.append(r)
+            else:
+                part.records.append(r)
+        for table, part in touched.items():  # the shape the rows were written with: the current one
             schema = self.schema_of(table)
-            pending = self._pending.get(table)
-            if pending is None:
-                pending = self._pending[table] = _Pending(schema)
-            pending.schema = schema
-            pending.seen.update({c.name: c for c in schema.columns})
-            pending.records.extend(rows)
+            if schema is not part.schema:
+                part.schema = schema
+                part.seen.update({c.name: c for c in schema.columns})
 
     def drain(self) -> None:
-        """The run ends: the next commit also MERGEs every change that waits, so the mirrors are whole."""
+        """The run ends: the next commit also brings every mirror up to date, so the output is whole."""
         self._draining = True
 
-    def commit(self) -> dict[str, int]:
+    def commit(self) -> dict[str, Any]:
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
-        if not self._pending and not self._merges_due():
-            return {POSITION_KEY: self._batch}
+        if not self._pending and not self._updates_due():
+            return self._position(self._batch)
         batch = self._batch + 1
         self._failed = batch
         self._write_batch(batch, self._pending)
         self._pending = {}
         self._batch, self._failed = batch, None
-        return {POSITION_KEY: batch}
+        return self._position(batch)
 
-    def seal(self) -> Callable[[], dict[str, int]]:
+    def seal(self) -> Callable[[], dict[str, Any]]:
         """The batch so far, to be committed by the returned job in another thread while new records
-        arrive (:mod:`gtidsnap.engine.committer`). A failed job is not retried: the engine stops, and the next
-        ``open`` puts back whatever the batch wrote without a checkpoint."""
+        arrive (:mod:`gtidsnap.engine.committer`). A failed job is not retried: the engine stops, and
+        the next ``open`` puts back whatever the batch wrote without a checkpoint."""
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
         if self._failed is not None:
             raise SinkError(f"the commit of batch {self._failed} failed: reopen the sink")
-        position = {POSITION_KEY: self._batch}
-        if not self._pending and not self._merges_due():
+        if not self._pending and not self._updates_due():
+            position = self._position(self._batch)
             return lambda: position
         batch, pending = self._batch + 1, self._pending
         self._batch, self._pending = batch, {}
 
-        def job() -> dict[str, int]:
+        def job() -> dict[str, Any]:
             try:
                 self._write_batch(batch, pending)
             except BaseException:
                 self._failed = batch
                 raise
-            return {POSITION_KEY: batch}
+            return self._position(batch)
 
         return job
 
-    def _merges_due(self) -> bool:
-        return any(w.changes and self._due(w) for w in self._waiting.values())
-
-    def _due(self, waiting: _Waiting) -> bool:
-        return self._draining or self._policy.due(len(waiting.changes), waiting.since, time.monotonic())
-
-    def _write_batch(self, batch: int, pending: Mapping[TableId, _Pending]) -> None:
-        started = time.monotonic()
-        due = {t for t, w in self._waiting.items() if w.changes and self._due(w)}
-        tables = sorted(set(pending) | due)
-        for table in tables:
-            crash_point("delta-before-table")
-            batch_part = pending.get(table) or _Pending(self._waiting[table].schema)  # a due MERGE alone
-            try:
-                self._write_table(table, batch_part, batch)
-            except SinkError:
-                raise
-            except Exception as exc:
-                raise SinkError(
-                    f"writing batch {batch} of {table} to {self.root} failed: {short_error(exc)}"
-                ) from exc
-        count = sum(len(p.records) for p in pending.values())
-        log.info(
-            "batch %d: %d records of %d tables in %.2f s",
-            batch,
-            count,
-            len(tables),
-            time.monotonic() - started,
-        )
-
     def close(self) -> None:
-        """Drops what was not committed (the replay brings it back) and what waits for a MERGE (the
-        next ``open`` takes it from the changelog); the SparkSession stays up."""
+        """Drops what was not committed (the replay brings it back) and what waits for the mirror (the
+        next ``open`` finds it in the changelog and the staged files); the SparkSession stays up."""
         self._reset()
         self._batch = None
         self._failed = None
 
+    def _writer_of_tables(self) -> TableWriter:
+        if self._table_writer is None:
+            raise SinkError("the Delta sink is not open")
+        return self._table_writer
+
     def _reset(self) -> None:
         self._pending.clear()
         self._tables = None
-        self._waiting.clear()
-        self._held.clear()
-        self._top_seq.clear()
+        self._writer = None
+        self._table_writer = None
+        self._mirrors.clear()
         self._draining = False
 
     # ------------------------------------------------------------------ writing
-    def _write_table(self, table: TableId, pending: _Pending, batch: int) -> None:
-        """One table's part of a batch: fresh snapshot rows appended to the mirror when provably new
-        there (:mod:`gtidsnap.sinks.delta.mirror_route`), the rest waiting for the mirror's MERGE while the
-        changelog holds it; at most one mirror commit per batch (a due MERGE takes the appends along)."""
-        changes = changes_of(pending.schema, pending.records)
-        self.spark.sparkContext.setJobDescription(f"gtidsnap batch {batch}: {table}")
+    def _entry(self, table: TableId) -> MirrorEntry:
+        entry = self._mirrors.get(table)
+        if entry is None:
+            schema = self.schema_of(table)
+            entry = self._mirrors[table] = MirrorEntry(
+                MirrorState(), Shape(schema, {c.name: c for c in schema.columns})
+            )
+        return entry
+
+    def _updates_due(self) -> bool:
+        return any(self._due(entry)[0] or self._due(entry)[1] for entry in self._mirrors.values())
+
+    def _due(self, entry: MirrorEntry) -> tuple[bool, bool]:
+        """Is a MERGE of the waiting changes due, and an APPEND of the staged rows?"""
+        state, now = entry.state, time.monotonic()
+        eager = self._draining or not self.settings.changelog or entry.catch_up is not None
+        merge = bool(state.waiting) and (
+            eager or self._policy.due(state.waiting_rows, state.waiting_since, now)
+        )
+        oldest = min((f.staged_at for f in state.staged), default=now)
+        staged = bool(state.staged) and (
+            merge
+            or eager
+            or state.staged_rows >= self.settings.snapshot_rows
+            or now - oldest >= self.settings.merge_interval_s
+        )
+        return merge, staged
+
+    def _write_batch(self, batch: int, pending: Mapping[TableId, Pending]) -> None:
+        started = time.monotonic()
+        staging.remove(self._done)  # appended before the checkpoint the last batch saved
+        self._done = []
+        saved = {t: (copy.copy(e.state), e.catch_up) for t, e in self._mirrors.items()}
         try:
-            if not self._mirrors:  # the mirror job keeps the mirrors: the changelog is the whole output
-                self._append(table, changelog_path(self.root, table), pending, changes, batch)
-                crash_point("delta-after-changelog")
-                return
-            mirror = mirror_path(self.root, table)
-            waiting = self._waiting.setdefault(table, _Waiting(pending.schema))
-            waiting.schema = pending.schema
-            waiting.seen.update(pending.seen)
-            shape = Shape(waiting.schema, dict(waiting.seen))
-            if self.tables.delta_schema(mirror) is None:  # created first: a changelog never lacks its mirror
-                self.tables.prepare(table, mirror, shape, delta_types.MIRROR_META, cdf=True)
-            routed = route(changes, self._held_keys(table, mirror, changes, waiting))
-            if routed.merge and waiting.since is None:
-                waiting.since = time.monotonic()
-            waiting.changes.extend(changes[i] for i in routed.merge)
-            appended = [changes[i] for i in routed.append]
-            if changes:
-                self._top_seq[table] = max(self._top_seq.get(table, -1), changes[-1].seq)
-            # snapshot rows kept out of the changelog cannot wait for a MERGE: nothing else holds them
-            unlogged = not self.settings.changelog_snapshot_rows and any(
-                changes[i].op == "r" for i in routed.merge
-            )
-            if waiting.changes and (unlogged or self._due(waiting)):
-                merged = last_per_key(waiting.changes + appended)
-                self.tables.merge(table, mirror, shape, merged, batch, self._top_seq[table])
-                waiting.changes, waiting.since = [], None
-            elif appended:
-                top = waiting.changes[0].seq - 1 if waiting.changes else self._top_seq[table]
-                self.tables.append_mirror(table, mirror, shape, appended, batch, top)
-            crash_point("delta-after-mirror")
-            logged = changes
-            if not self.settings.changelog_snapshot_rows:
-                logged = [c for c in changes if c.op != "r"]
-            if self.settings.changelog and logged:
-                self._append(table, changelog_path(self.root, table), pending, logged, batch)
-                crash_point("delta-after-changelog")
-        finally:
-            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+            self._write_tables(batch, pending)
+        except BaseException:  # a retried batch starts from the same state (its Delta writes are skipped)
+            for table, (state, catch_up) in saved.items():
+                self._mirrors[table].state, self._mirrors[table].catch_up = state, catch_up
+            for table in [t for t in self._mirrors if t not in saved]:
+                del self._mirrors[table]
+            raise
+        count = sum(len(p.records) + sum(len(c) for c in p.chunks) for p in pending.values())
+        log.info(
+            "batch %d: %d records of %d tables in %.2f s",
+            batch,
+            count,
+            len(pending),
+            time.monotonic() - started,
+        )
 
-    def _held_keys(
-        self, table: TableId, mirror: str, changes: Sequence[Change], waiting: _Waiting
-    ) -> set[Key] | None:
-        """The keys the mirror may hold besides fresh snapshot rows (see
-        :mod:`gtidsnap.sinks.delta.mirror_route`),
-        decided once per run when the table's first fresh rows come: nothing but waiting keys if the
-        mirror holds no row written by anything but a snapshot row; otherwise not known (None: merge)."""
-        if table in self._held:
-            held = self._held[table]
-            if held is not None and len(held) > HELD_KEYS_CAP:
-                log.info(
-                    "%s: over %d keys held; its snapshot rows are merged from now on", table, HELD_KEYS_CAP
-                )
-                self._held[table] = held = None
-            return held
-        if not any(c.fresh for c in changes):
-            return None  # not decided yet: everything merges until fresh rows come
-        if has_streamed_rows(self.spark, mirror):
-            log.info(
-                "%s: its mirror holds streamed rows from before this run: snapshot rows are merged", table
-            )
-            self._held[table] = None
-            return None
-        keys: set[Key] = {c.route_key for c in waiting.changes}
-        self._held[table] = keys
-        return keys
+    def _write_tables(self, batch: int, pending: Mapping[TableId, Pending]) -> None:
+        for table in sorted(pending):
+            crash_point("delta-before-table")
+            self._guarded(table, batch, lambda t=table: self._writer_of_tables().write(t, pending[t], batch))  # type: ignore[misc]
+        for table, entry in sorted(self._mirrors.items()):
+            merge, staged = self._due(entry)
+            if merge or staged:
+                self._guarded(table, batch, lambda t=table, e=entry, m=merge: self._update(t, e, batch, m))  # type: ignore[misc]
 
-    def _catch_up(self, watermarks: Mapping[TableId, int | None], batch: int) -> bool:
-        """MERGE into each mirror (with a changelog; by its watermark, from its recovery) the changelog
-        records it does not hold yet (a run stopped while they waited), as batch ``batch``; see
-        :mod:`gtidsnap.sinks.delta.catch_up`. True if any was."""
-        caught = 0
-        for table, held in sorted(watermarks.items()):
-            if held == NOTHING_WAITS:
-                continue
-            mirror, changelog = mirror_path(self.root, table), changelog_path(self.root, table)
-            row = self.spark.read.format("delta").load(changelog).agg(F.max("_seq")).first()
-            top = row[0] if row is not None else None
-            key = recorded_key(self.spark, mirror)
-            if top is None or (held is not None and top <= held) or not key:
-                continue
+    def _guarded(self, table: TableId, batch: int, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise SinkError(
+                f"writing batch {batch} of {table} to {self.root} failed: {short_error(exc)}"
+            ) from exc
+
+    def _update(self, table: TableId, entry: MirrorEntry, batch: int, merge: bool) -> None:
+        assert self._writer is not None
+        mirror = mirror_path(self.root, table)
+        plan = self.tables.prepare(table, mirror, entry.shape, delta_types.MIRROR_META, cdf=True)
+        catch_up, entry.catch_up = entry.catch_up, None
+        if catch_up is not None:
             crash_point("delta-before-catch-up")
-            source = changelog_after(self.spark, changelog, key, held)
-            condition = F.expr(same_key(key))
-            self.tables.merge_source(mirror, source, condition, batch, int(top))
+        done = self._writer.update(mirror, entry.shape.schema.key, plan, entry.state, batch, merge)
+        if catch_up is not None:
             crash_point("delta-after-catch-up")
-            caught += 1
             log.info(
-                "%s: caught up with its changelog from _seq %s to %s (batch %d)", mirror, held, top, batch
+                "%s: caught up with its changelog from _seq %s to %d (batch %d)", mirror, *catch_up, batch
             )
-        return caught > 0
-
-    def _append(
-        self, table: TableId, path: str, pending: _Pending, changes: Sequence[Change], batch: int
-    ) -> None:
-        self.tables.append_changelog(table, path, Shape(pending.schema, pending.seen), changes, batch)
+        self._done.extend(entry.state.applied)
+        entry.state.applied = []
+        if done.appended or done.merged:
+            log.info(
+                "%s: %d staged rows appended, %d rows merged (batch %d)",
+                mirror,
+                done.appended,
+                done.merged,
+                batch,
+            )
 
     # ------------------------------------------------------------------ position
-    def _parse_position(self, committed: Any) -> int | None:
+    def _position(self, batch: int) -> dict[str, Any]:
+        staged = [f.to_json() for entry in self._mirrors.values() for f in entry.state.staged]
+        return {POSITION_KEY: batch, STAGED_KEY: staged} if staged else {POSITION_KEY: batch}
+
+    def _parse_position(self, committed: Any) -> tuple[int | None, list[staging.StagedFile]]:
         if committed is None:
-            return None
+            return None, []
         if isinstance(committed, dict) and isinstance(committed.get(POSITION_KEY), int):
-            return int(committed[POSITION_KEY])
+            try:
+                staged = [staging.StagedFile.from_json(f) for f in committed.get(STAGED_KEY) or []]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SinkError(f"the checkpoint's staged snapshot files are not readable: {exc}") from None
+            return int(committed[POSITION_KEY]), staged
         raise SinkError(
             f"the checkpoint's sink position {committed!r} was not written by the Delta sink (was sink.type "
             "changed?): use the checkpoint that belongs to this output, or a new checkpoint and sink.path"
         )
+
+
+__all__ = ["POSITION_KEY", "DeltaSink", "spark_schema"]

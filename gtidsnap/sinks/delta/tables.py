@@ -10,22 +10,19 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
+import pyarrow as pa
 from pyspark.sql import types as T
 
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.core.schema import Column, TableSchema
-from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.catch_up import MERGED_SEQ
 from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, SOURCE_PROPERTY, clear_uncommitted_log, recorded_key
-from gtidsnap.sinks.delta.rows import Change, arrow_rows
-from gtidsnap.sinks.delta.util import MATERIALIZE_SOURCE, TXN_APP_ID, TXN_VERSION, USER_METADATA, same_key
-from gtidsnap.sinks.delta.writes import evolved_schema, prune_condition, retry_conflicts
+from gtidsnap.sinks.delta.util import MATERIALIZE_SOURCE, TXN_APP_ID, TXN_VERSION, USER_METADATA
+from gtidsnap.sinks.delta.writes import evolved_schema, retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -134,69 +131,35 @@ class DeltaTables:
             self._delta_schemas.pop(path, None)
         return plan
 
-    def merge(
-        self,
-        table: TableId,
-        path: str,
-        shape: Shape,
-        changes: Sequence[Change],
-        batch: int,
-        merged_seq: int,
+    def append_arrow(
+        self, path: str, rows: pa.Table, schema: T.StructType, batch: int, meta: dict[str, Any]
     ) -> None:
-        plan, source = self._mirror_rows(table, path, shape, changes)
-        condition = F.expr(same_key(shape.schema.key))
-        condition = prune_condition(condition, plan, shape.schema, changes)
-        self.merge_source(path, source, condition, batch, merged_seq)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), source.schema)
+        """APPEND Arrow rows (a changelog's batch), idempotent for the sink's app id and ``batch``."""
+        frame = self.spark.createDataFrame(rows, schema=schema)
+        self.append_frame(path, frame, batch, self.app_id, meta)
 
-    def merge_source(
-        self, path: str, source: DataFrame, condition: SparkColumn, batch: int, merged_seq: int
+    def append_frame(
+        self, path: str, frame: DataFrame, batch: int, app_id: str, meta: dict[str, Any]
     ) -> None:
-        """MERGE by key, newest ``_seq`` wins; the commit says how far the mirror holds the changelog."""
-        with self._txn(batch, merged_seq):
-            retry_conflicts(lambda: merge_newest(self.spark, path, source, condition), path)
-
-    def append_mirror(
-        self,
-        table: TableId,
-        path: str,
-        shape: Shape,
-        changes: Sequence[Change],
-        batch: int,
-        merged_seq: int,
-    ) -> None:
-        """Fresh snapshot rows whose keys the mirror cannot hold: a plain APPEND (what the MERGE would
-        do with them, at the cost of a write)."""
-        _, frame = self._mirror_rows(table, path, shape, changes)
-        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
-        with self._txn(batch, merged_seq):
-            retry_conflicts(lambda: writer.save(path), path)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), frame.schema)
-
-    def _mirror_rows(
-        self, table: TableId, path: str, shape: Shape, changes: Sequence[Change]
-    ) -> tuple[ColumnPlan, DataFrame]:
-        """The mirror's column plan (the table created or widened first) and the changes as its rows."""
-        plan = self.prepare(table, path, shape, delta_types.MIRROR_META, cdf=True)
-        rows, struct = arrow_rows(table, plan, changes, delta_types.MIRROR_META)
-        return plan, self.spark.createDataFrame(rows, schema=struct)
-
-    def append_changelog(
-        self, table: TableId, path: str, shape: Shape, changes: Sequence[Change], batch: int
-    ) -> None:
-        plan = self.prepare(table, path, shape, delta_types.CHANGELOG_META, cdf=False)
-        rows, struct = arrow_rows(table, plan, changes, delta_types.CHANGELOG_META)
-        frame: DataFrame = self.spark.createDataFrame(rows, schema=struct)
+        """APPEND ``frame``, idempotent for ``app_id`` and ``batch``, tagged with ``meta``."""
         writer = (
             frame.write.format("delta")
             .mode("append")
             .option("mergeSchema", "true")
-            .option("txnAppId", self.app_id)
+            .option("txnAppId", app_id)
             .option("txnVersion", str(batch))
-            .option("userMetadata", json.dumps({"gtidsnap_batch": batch, "app_id": self.app_id}))
+            .option("userMetadata", json.dumps(meta))
         )
         retry_conflicts(lambda: writer.save(path), path)
-        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), struct)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), frame.schema)
+
+    def merge_frame(
+        self, path: str, source: DataFrame, condition: SparkColumn, batch: int, meta: dict[str, Any]
+    ) -> None:
+        """MERGE by key, newest ``_seq`` wins, idempotent for the sink's app id and ``batch``."""
+        with self._txn(batch, meta):
+            retry_conflicts(lambda: merge_newest(self.spark, path, source, condition), path)
+        self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), source.schema)
 
     def delta_key(self, path: str) -> list[str] | None:
         """The key a table is merged by, from its table property (None: not recorded)."""
@@ -214,13 +177,12 @@ class DeltaTables:
         return self._delta_schemas[path]
 
     @contextmanager
-    def _txn(self, batch: int, merged_seq: int) -> Iterator[None]:
-        """Session settings of a batch's mirror write: idempotent, tagged with its batch and how far the
-        mirror then holds the changelog, its source (in memory, or the changelog) read as is."""
+    def _txn(self, batch: int, meta: dict[str, Any]) -> Iterator[None]:
+        """Session settings of a batch's MERGE: idempotent, tagged with ``meta`` (its batch and how far
+        the mirror then holds the changelog), its source (in memory, or staged files) read as is."""
         conf = self.spark.conf
         conf.set(TXN_APP_ID, self.app_id)
         conf.set(TXN_VERSION, str(batch))
-        meta = {"gtidsnap_batch": batch, "app_id": self.app_id, MERGED_SEQ: merged_seq}
         conf.set(USER_METADATA, json.dumps(meta))
         conf.set(MATERIALIZE_SOURCE, "none")
         try:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from gtidsnap.sinks.delta.types import INTEGRAL, MAX_PRECISION
+from gtidsnap.sinks.arrow_columns import MAX_PRECISION
+from gtidsnap.sinks.delta.types import INTEGRAL
 
 # The decimal digits each integral type needs (what a DECIMAL must have left of the point).
 _DIGITS: dict[type[T.DataType], int] = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}

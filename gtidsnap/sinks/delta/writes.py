@@ -5,42 +5,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from gtidsnap.core.model import quote_ident
-from gtidsnap.core.schema import TableSchema
-from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.columns import ColumnPlan
-from gtidsnap.sinks.delta.rows import Change
 from gtidsnap.sinks.delta.util import short_error
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column as SparkColumn
+    pass
 
 log = logging.getLogger("gtidsnap.sinks.delta")
 
 CONFLICT_RETRIES = 3
-
-
-def prune_condition(
-    condition: SparkColumn, plan: ColumnPlan, schema: TableSchema, changes: Sequence[Change]
-) -> SparkColumn:
-    """Add ``t.k BETWEEN min AND max`` on the first key column, so Delta skips files by their
-    statistics (snapshot chunks come in key order). Only for types whose literals compare exactly."""
-    first = schema.key[0]
-    col = next((c for c in plan.columns if c.name == first), None)
-    if col is None or not isinstance(col.data_type, T.IntegralType | T.DecimalType | T.StringType):
-        return condition
-    convert = delta_types.converter(col.source, col.data_type)
-    values = [convert(c.row.get(first)) for c in changes]
-    values = [v for v in values if v is not None]
-    if not values:
-        return condition
-    return condition & F.col(f"t.{quote_ident(first)}").between(F.lit(min(values)), F.lit(max(values)))
 
 
 def evolved_schema(known: T.StructType | None, written: T.StructType) -> T.StructType:

@@ -1,4 +1,4 @@
-"""Which snapshot rows the engine marks fresh (a Delta mirror may append them, see sinks.mirror_route):
+"""Which snapshot rows the engine marks fresh (a Delta mirror may append them, see sinks.delta.mirror_update):
 those of a table's first snapshot into the output, through restarts, and none after a DDL of the
 table or in a snapshot that follows another one."""
 

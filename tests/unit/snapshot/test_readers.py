@@ -26,6 +26,7 @@ from gtidsnap.core.errors import (
 )
 from gtidsnap.core.model import TableId
 from gtidsnap.core.ports import ChunkJob, ChunkRead
+from gtidsnap.core.records import LineBodies
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.snapshot import readers as chunk_readers
 from gtidsnap.snapshot.readers import (
@@ -102,7 +103,7 @@ def test_an_encoding_job_sends_each_rows_json_and_a_row_orjson_cannot_write_as_v
     """For a JSON-lines output the reader writes each row's line body; a value orjson refuses (an
     integer past 64 bits) keeps its row as values, encoded later the way a record is."""
     replica = FakeReplica((1, 2, 2**70))
-    job = ChunkJob(7, SCHEMA, None, (2**70,), None, encode=True)
+    job = ChunkJob(7, SCHEMA, None, (2**70,), None, render=LineBodies())
     read = read_chunk(replica, pickle.loads(pickle.dumps(job.portable())))
     assert read.keys == ((1,), (2,), (2**70,))
     assert read.rows == (

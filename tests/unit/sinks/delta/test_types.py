@@ -17,15 +17,8 @@ from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.records import Record
 from gtidsnap.core.schema import Column, TableSchema
-from gtidsnap.sinks.delta import (
-    changelog_path,
-    changes_of,
-    decode_name,
-    encode_name,
-    last_per_key,
-    mirror_path,
-    plan_columns,
-)
+from gtidsnap.sinks.delta import changelog_path, decode_name, encode_name, mirror_path, plan_columns
+from gtidsnap.sinks.delta.change_rows import newest_per_key, record_rows
 from gtidsnap.sinks.delta.types import arrow_array, arrow_type, invalid_column_names, spark_type
 from gtidsnap.sinks.delta.widening import can_widen, evolve_type, holds
 
@@ -327,8 +320,9 @@ def test_changes_split_primary_key_updates_and_keep_the_last_per_key() -> None:
         rec("d", 4, {"id": 3, "name": "x"}, None),
         rec("c", 5, None, {"id": 3, "name": "y"}),
     ]
-    changes = changes_of(SCHEMA, records)
-    assert [(c.op, c.row["id"], c.record.seq) for c in changes] == [
+    plan = plan_columns(TABLE, "the mirror", None, SCHEMA, {})
+    rows = record_rows(TABLE, SCHEMA, plan, records, changelog=False)
+    assert list(zip(*(rows.column(c).to_pylist() for c in ("_op", "id", "_seq")), strict=True)) == [
         ("c", 1, 1),
         ("u", 1, 2),
         ("d", 1, 3),
@@ -336,8 +330,12 @@ def test_changes_split_primary_key_updates_and_keep_the_last_per_key() -> None:
         ("d", 3, 4),
         ("c", 3, 5),
     ]
-    last = last_per_key(changes)
-    assert [(c.op, c.row["id"], c.record.seq) for c in last] == [("d", 1, 3), ("c", 2, 3), ("c", 3, 5)]
+    last = newest_per_key(rows, ["id"])
+    assert list(zip(*(last.column(c).to_pylist() for c in ("_op", "id", "_seq")), strict=True)) == [
+        ("d", 1, 3),
+        ("c", 2, 3),
+        ("c", 3, 5),
+    ]
 
 
 # ----------------------------------------------------------------------------- layout

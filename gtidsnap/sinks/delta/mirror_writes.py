@@ -1,0 +1,300 @@
+"""A table's mirror between batches, and its update in Spark: the rule of
+:mod:`gtidsnap.sinks.delta.mirror_update` (staged snapshot rows folded with newer changes, APPENDed
+where the mirror cannot hold their key, the rest and the due changes MERGEd), run on Arrow tables in
+this process where they are small (the waiting changes, keys) and in Spark where they are large (the
+staged rows, read from their Parquet files, never into Python).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from gtidsnap.core.crashpoints import crash_point
+from gtidsnap.core.model import quote_ident
+from gtidsnap.sinks.arrow_columns import POSITION
+from gtidsnap.sinks.delta import types as delta_types
+from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, STAGED_SEQ
+from gtidsnap.sinks.delta.change_rows import SEQ, key_rows, matching, newest_per_key
+from gtidsnap.sinks.delta.columns import ColumnPlan
+from gtidsnap.sinks.delta.staging import StagedFile
+from gtidsnap.sinks.delta.tables import DeltaTables
+from gtidsnap.sinks.delta.util import same_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("gtidsnap.sinks.delta")
+
+SNAPSHOT_APP = ":snapshot"  # the txn app id suffix of the APPENDs of staged rows (a second per batch)
+HELD_KEYS_CAP = 1_000_000  # keys merged kept per table; beyond, its staged rows are merged
+_FOLD = "_gtidsnap_c_"  # prefix of a folded change's columns in the join
+
+
+@dataclass
+class MirrorState:
+    """One table's mirror between batches: changes waiting for its MERGE (the changelog holds them),
+    snapshot rows staged for its APPEND (their files named by the checkpoint), and the keys merged
+    into it since its first staged rows of this run (``held``; None: not known, so staged rows are
+    merged; ``held_known`` False: not decided yet)."""
+
+    waiting: list[pa.Table] = field(default_factory=list)
+    waiting_since: float | None = None
+    staged: list[StagedFile] = field(default_factory=list)
+    held: pa.Table | None = None
+    held_known: bool = False
+    top_seq: int = -1  # the greatest _seq of a change given to the changelog
+    staged_seq: int = -1  # staged rows up to this _seq are in the mirror
+    applied: list[StagedFile] = field(default_factory=list)  # to delete once no checkpoint names them
+
+    def __copy__(self) -> MirrorState:
+        return MirrorState(
+            list(self.waiting),
+            self.waiting_since,
+            list(self.staged),
+            self.held,
+            self.held_known,
+            self.top_seq,
+            self.staged_seq,
+            list(self.applied),
+        )
+
+    @property
+    def waiting_rows(self) -> int:
+        return sum(t.num_rows for t in self.waiting)
+
+    @property
+    def staged_rows(self) -> int:
+        return sum(f.rows for f in self.staged)
+
+    def wait(self, rows: pa.Table) -> None:
+        if rows.num_rows:
+            self.waiting.append(rows)
+            if self.waiting_since is None:
+                self.waiting_since = time.monotonic()
+            self.top_seq = max(self.top_seq, int(rows.column(SEQ).to_numpy().max()))
+
+
+def spark_schema(plan: ColumnPlan) -> T.StructType:
+    """The mirror's rows in ``plan`` as Spark reads them."""
+    fields = [T.StructField(c.name, c.data_type, True) for c in plan.columns]
+    return T.StructType(fields + list(delta_types.MIRROR_META))
+
+
+def _concat(tables: Sequence[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    appended: int
+    merged: int
+
+
+class MirrorWriter:
+    """Runs mirror updates for a sink (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, tables: DeltaTables, app_id: str) -> None:
+        self.spark = spark
+        self.tables = tables
+        self.app_id = app_id
+
+    def update(
+        self, path: str, key: Sequence[str], plan: ColumnPlan, state: MirrorState, batch: int, merge_due: bool
+    ) -> UpdateResult:
+        """One update of the mirror at ``path`` (batch ``batch``); ``state`` moves past it."""
+        key = list(key)
+        waiting = _concat(state.waiting) if state.waiting else None
+        appended = merged = 0
+        merge_parts: list[DataFrame] = []
+        merge_keys: list[pa.Table] = []  # the keys of the MERGE's source (when it is small)
+        pruned = True
+        staged = state.staged
+        if staged:
+            staged_keys = key_rows(_concat([_keys_of(f, key) for f in staged]), key)
+            frame = staged_frame(self.spark, staged, plan, changelog=False)
+            if waiting is not None:
+                latest = newest_per_key(waiting, key)
+                folded = matching(latest, staged_keys, key, keep=True)
+                waiting = matching(waiting, staged_keys, key, keep=False)
+                if folded.num_rows:
+                    frame = self._fold(frame, folded, key, plan)
+            if state.held is not None and all(f.fresh for f in staged):
+                hits = matching(staged_keys, state.held, key, keep=True)
+                append = frame.where(F.col("_op") != "d")
+                if hits.num_rows:
+                    hits_frame = F.broadcast(self.spark.createDataFrame(hits))
+                    append = append.join(hits_frame, on=key, how="left_anti")
+                    merge_parts.append(frame.join(hits_frame, on=key, how="left_semi"))
+                    merge_keys.append(hits)
+                state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
+                meta = self._meta(batch, state, waiting, SNAPSHOT_APP)
+                self.tables.append_frame(path, append, batch, self.app_id + SNAPSHOT_APP, meta)
+                appended = sum(f.rows for f in staged)
+            else:
+                merge_parts.append(_newest_in_spark(frame, key) if len(staged) > 1 else frame)
+                pruned = False
+                state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
+            state.applied.extend(staged)
+            state.staged = []
+        if merge_due and waiting is not None and waiting.num_rows:
+            changes = newest_per_key(waiting, key)
+            merge_parts.append(self.spark.createDataFrame(changes, schema=spark_schema(plan)))
+            merge_keys.append(key_rows(changes, key))
+            if state.held is not None:
+                state.held = key_rows(_concat([state.held, key_rows(changes, key)]), key)
+                if state.held.num_rows > HELD_KEYS_CAP:
+                    log.info(
+                        "%s: over %d keys merged; its staged rows are merged from now on", path, HELD_KEYS_CAP
+                    )
+                    state.held = None
+            waiting = None
+        state.waiting = [waiting] if waiting is not None and waiting.num_rows else []
+        if not state.waiting:
+            state.waiting_since = None
+        if merge_parts:
+            source = merge_parts[0]
+            for part in merge_parts[1:]:
+                source = source.unionByName(part, allowMissingColumns=True)
+            condition = F.expr(same_key(key))
+            if pruned:  # a small source: Delta skips the files outside its key range
+                condition = _pruned(condition, key[0], plan, merge_keys)
+            meta = self._meta(batch, state, None, "")
+            self.tables.merge_frame(path, source, condition, batch, meta)
+            merged = sum(t.num_rows for t in merge_keys)
+        if appended or merge_parts:
+            crash_point("delta-after-mirror")
+        return UpdateResult(appended, merged)
+
+    def _meta(self, batch: int, state: MirrorState, waiting: pa.Table | None, suffix: str) -> dict[str, Any]:
+        """A mirror commit's user metadata: its batch and how far it then holds the changelog (every
+        change up to ``gtidsnap_merged_seq``) and the staged rows (up to ``gtidsnap_staged_seq``)."""
+        left = waiting if waiting is not None else (_concat(state.waiting) if state.waiting else None)
+        merged = (
+            int(left.column(SEQ).to_numpy().min()) - 1
+            if left is not None and left.num_rows
+            else state.top_seq
+        )
+        return {
+            "gtidsnap_batch": batch,
+            "app_id": self.app_id + suffix,
+            MERGED_SEQ: merged,
+            STAGED_SEQ: state.staged_seq,
+        }
+
+    def _fold(self, frame: DataFrame, changes: pa.Table, key: Sequence[str], plan: ColumnPlan) -> DataFrame:
+        """Each staged row replaced by its key's newest change when that is newer (a delete stays a
+        ``d`` row: where the mirror cannot hold the key it is dropped, elsewhere MERGEd)."""
+        names = [f.name for f in spark_schema(plan).fields]
+        folded = self.spark.createDataFrame(changes, schema=spark_schema(plan)).select(
+            *[F.col(quote_ident(n)).alias(_FOLD + n) for n in names]
+        )
+        on = [F.col(quote_ident(k)) == F.col(quote_ident(_FOLD + k)) for k in key]
+        joined = frame.join(F.broadcast(folded), on=on, how="left")
+        newer = F.col(quote_ident(_FOLD + "_seq")).isNotNull() & (
+            F.col(quote_ident(_FOLD + "_seq")) > F.col("_seq")
+        )
+        return joined.select(
+            *[
+                F.when(newer, F.col(quote_ident(_FOLD + n))).otherwise(F.col(quote_ident(n))).alias(n)
+                for n in names
+            ]
+        )
+
+
+def _keys_of(staged: StagedFile, key: Sequence[str]) -> pa.Table:
+    """The key columns of a staged file's rows (of a split: the positions its window kept)."""
+    if not staged.split:
+        return pq.read_table(staged.path, columns=list(key))
+    rows = pq.read_table(staged.path, columns=[*key, POSITION])
+    if staged.kept is not None:
+        rows = rows.filter(pc.is_in(rows.column(POSITION), pa.array(staged.kept, pa.int64())))
+    return rows.select(list(key))
+
+
+def staged_frame(
+    spark: SparkSession, staged: Sequence[StagedFile], plan: ColumnPlan, changelog: bool
+) -> DataFrame:
+    """Staged rows as the columns of ``plan`` (a column a file lacks is NULL, types the plan's), with
+    the meta columns of a mirror or a changelog: a split's ``_seq`` numbered over the positions its
+    window kept, ``_op`` r, no GTID, its time. Read by Spark: no row comes into this process."""
+    schema = spark_schema(plan) if not changelog else _changelog_schema(plan)
+    whole = [f.path for f in staged if not f.split]
+    frames = [spark.read.option("mergeSchema", "true").parquet(*whole)] if whole else []
+    for split in (f for f in staged if f.split):
+        frame = spark.read.parquet(split.path)
+        position = F.col(quote_ident(POSITION))
+        if split.kept is None:
+            seq = position + F.lit(split.first_seq)
+        else:
+            numbers = pa.table(
+                {
+                    POSITION: pa.array(split.kept, pa.int64()),
+                    "_seq": pa.array(range(split.first_seq, split.last_seq + 1), pa.int64()),
+                }
+            )
+            frame = frame.join(F.broadcast(spark.createDataFrame(numbers)), on=POSITION, how="inner")
+            seq = F.col("_seq")
+        frames.append(
+            frame.withColumn("_seq", seq.cast("bigint"))
+            .withColumn("_op", F.lit("r"))
+            .withColumn("_gtid", F.lit(None).cast("string"))
+            .withColumn("_source_ts", F.timestamp_seconds(F.lit(split.source_ts)))
+            .withColumn("_snapshot", F.lit(True))
+        )
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other, allowMissingColumns=True)
+    have = set(frame.columns)
+    columns = []
+    for field_ in schema.fields:
+        value = F.col(quote_ident(field_.name)) if field_.name in have else F.lit(None)
+        columns.append(value.cast(field_.dataType).alias(field_.name))
+    return frame.select(*columns)
+
+
+def _changelog_schema(plan: ColumnPlan) -> T.StructType:
+    fields = [T.StructField(c.name, c.data_type, True) for c in plan.columns]
+    return T.StructType(fields + list(delta_types.CHANGELOG_META))
+
+
+def _newest_in_spark(frame: DataFrame, key: Sequence[str]) -> DataFrame:
+    """One row a key, the newest (two snapshots' staged rows of a key, merged together)."""
+    from pyspark.sql import Window
+
+    newest = Window.partitionBy(*[F.col(quote_ident(k)) for k in key]).orderBy(F.col("_seq").desc())
+    return (
+        frame.withColumn("_gtidsnap_n", F.row_number().over(newest))
+        .where("_gtidsnap_n = 1")
+        .drop("_gtidsnap_n")
+    )
+
+
+def _pruned(condition: Any, first: str, plan: ColumnPlan, keys: Sequence[pa.Table]) -> Any:
+    """``t.k BETWEEN min AND max`` on the first key column added, so Delta skips files by their
+    statistics; only for types whose literals compare exactly."""
+    column = next((c for c in plan.columns if c.name == first), None)
+    if column is None or not isinstance(column.data_type, T.IntegralType | T.DecimalType | T.StringType):
+        return condition
+    values = [t.column(first) for t in keys if t.num_rows]
+    if not values:
+        return condition
+    bounds = pc.min_max(pa.chunked_array([c for v in values for c in v.chunks], type=values[0].type))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None:
+        return condition
+    return condition & F.col(f"t.{quote_ident(first)}").between(F.lit(low), F.lit(high))
+
+
+def metadata_json(meta: dict[str, Any]) -> str:
+    return json.dumps(meta)
