@@ -104,6 +104,11 @@ def _default_conf(jars: list[Path]) -> dict[str, str]:
         # Arrow for pandas/pyarrow <-> Spark; fail loudly rather than silently take the row path.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+        # Large Arrow batches: Spark cuts an Arrow table into one partition (and file) per batch.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "250000",
+        # The mirrors' updates run beside the batches (sinks/delta/mirror_keeper.py): share the cores
+        # between them instead of queueing a changelog's append behind a mirror's MERGE.
+        "spark.scheduler.mode": "FAIR",
     }
 
 

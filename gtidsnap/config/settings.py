@@ -234,13 +234,14 @@ class SinkSettings(_Section):
         default=1_000_000,
         ge=1,
         description="delta: a table's staged snapshot rows go into its mirror in one append once this "
-        "many wait (or merge_interval_s after the first, or at the end of the run)",
+        "many wait (or none came for a few seconds, or at the end of the run)",
     )
     merge_interval_s: float = Field(
         default=15.0,
         ge=0,
         description="delta: longest wait of changes for the mirror's MERGE, the changelog holding them "
-        "meanwhile (0, or no changelog: every batch)",
+        "meanwhile; mirrors are updated in the background (0, or no changelog: by every batch itself, "
+        "before its checkpoint)",
     )
     merge_rows: int = Field(
         default=100_000, ge=1, description="delta: the mirror MERGEs as soon as this many changes wait"

@@ -124,6 +124,18 @@ class DrainingSink(Sink, Protocol):
         """The run ends: the next commit also makes every deferred write."""
 
 
+@runtime_checkable
+class CheckpointedSink(Sink, Protocol):
+    """A sink that acts once a checkpoint naming its position is saved (the Delta mirrors take only
+    checkpointed data, so their updates are never undone)."""
+
+    def report_checkpoints(self) -> None:
+        """Called before ``open``: :meth:`checkpointed` will follow every checkpoint saved."""
+
+    def checkpointed(self, position: Any) -> None:
+        """The checkpoint naming ``position`` (a ``commit``'s) is saved."""
+
+
 # ----------------------------------------------------------------------------- chunk readers
 
 

@@ -21,16 +21,24 @@ from typing import Any
 
 from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.crashpoints import crash_point
-from gtidsnap.core.ports import CheckpointPort, SealingSink, Sink
+from gtidsnap.core.ports import CheckpointedSink, CheckpointPort, SealingSink, Sink
 from gtidsnap.engine.loop_step import EngineSettings, commit_due
 
 
-def commit_then_save(commit: Callable[[], Any], state: Checkpoint, store: CheckpointPort) -> None:
+def commit_then_save(
+    commit: Callable[[], Any],
+    state: Checkpoint,
+    store: CheckpointPort,
+    saved: Callable[[Any], None] | None = None,
+) -> None:
     """The one order of a commit: the sink's batch, then the checkpoint naming the sink's position
-    (``state`` was taken when the batch was sealed, so it describes exactly what the batch holds)."""
+    (``state`` was taken when the batch was sealed, so it describes exactly what the batch holds),
+    then the sink told it is saved (``saved``, a :class:`CheckpointedSink`'s)."""
     position = commit()
     crash_point("between-commit-and-checkpoint")
     store.save(replace(state, sink_position=position))
+    if saved is not None:
+        saved(position)
 
 
 class BackgroundCommitter:
@@ -84,6 +92,7 @@ class Commits:
 
     def __init__(self, sink: Sink, store: CheckpointPort) -> None:
         self.sink, self.store = sink, store
+        self._saved = sink.checkpointed if isinstance(sink, CheckpointedSink) else None
         self.uncommitted = 0  # records (and signals) written since the last commit
         self._last_at = time.monotonic()
         self._background: BackgroundCommitter | None = None
@@ -101,9 +110,9 @@ class Commits:
         if self._background is not None and isinstance(self.sink, SealingSink):
             self._background.wait()
             job = self.sink.seal()
-            self._background.submit(lambda: commit_then_save(job, state, self.store))
+            self._background.submit(lambda: commit_then_save(job, state, self.store, self._saved))
         else:
-            commit_then_save(self.sink.commit, state, self.store)
+            commit_then_save(self.sink.commit, state, self.store, self._saved)
         self.uncommitted = 0
         self._last_at = time.monotonic()
 

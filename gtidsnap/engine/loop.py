@@ -44,6 +44,7 @@ from gtidsnap.core.gtid import GtidSet
 from gtidsnap.core.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 from gtidsnap.core.plan import SnapshotContext, TableProgress
 from gtidsnap.core.ports import (
+    CheckpointedSink,
     CheckpointPort,
     ChunkReaderPool,
     DrainingSink,
@@ -126,6 +127,8 @@ class Engine:
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
         checkpoint = resumable(self.store, self.replica, self._flavor())
+        if isinstance(self.sink, CheckpointedSink):
+            self.sink.report_checkpoints()
         if checkpoint is None:
             self.processed = self.replica.executed()
             self.seq = 1

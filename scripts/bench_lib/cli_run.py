@@ -197,9 +197,8 @@ class CliRun:
                 if hwm:
                     self._hwm[p] = max(self._hwm.get(p, 0), hwm)
                 used = cpu_seconds(p)
-                if used is not None:
-                    kind = self._cpu[p][0] if p in self._cpu else "engine" if p == pid else process_kind(p)
-                    self._cpu[p] = (kind, used)
+                if used is not None:  # the kind read each time: spark-submit's shell execs the JVM
+                    self._cpu[p] = ("engine" if p == pid else process_kind(p), used)
             time.sleep(POLL_S)
 
     def wait_mark(self, name: str, timeout: float) -> float:

@@ -39,8 +39,9 @@ class Commit:
 
     @property
     def batch(self) -> int | None:
-        """The gtidsnap batch that wrote this commit (None: not a batch's, e.g. the table's creation)."""
-        batch = self.metadata.get("gtidsnap_batch")
+        """The gtidsnap batch that wrote this commit, or for a mirror's background update the newest
+        batch it took (``gtidsnap_mirror``); None: neither, e.g. the table's creation."""
+        batch = self.metadata.get("gtidsnap_batch", self.metadata.get("gtidsnap_mirror"))
         return batch if isinstance(batch, int) else None
 
 

@@ -278,14 +278,14 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
         change("c", 43, None, row(99, "crashed")),
     ]
     sink.write(crashed)
-    real_update = sink._update
+    real_update = sink.keeper._update
 
     def crash_on_orders(table: TableId, *args: Any) -> None:
         if table == ORDERS:
             raise KeyboardInterrupt  # stands for kill -9: nothing after this runs
         real_update(table, *args)
 
-    sink._update = crash_on_orders  # type: ignore[method-assign]
+    sink.keeper._update = crash_on_orders  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         sink.commit()
     assert read(spark, mirror_path(sink.root, ITEMS)) != []

@@ -1,11 +1,11 @@
 """One table's part of a Delta batch: its changelog rows appended, its snapshot rows staged (or, from
-remote readers, named where they were staged), its streamed changes left waiting for its mirror's
-update (:mod:`gtidsnap.sinks.delta.sink` decides when that is)."""
+remote readers, named where they were staged), its streamed changes handed with them to its mirror's
+keeper (:mod:`gtidsnap.sinks.delta.mirror_keeper` decides when the mirror takes them)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +19,11 @@ from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.arrow_columns import StagedRows
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.catch_up import has_streamed_rows
-from gtidsnap.sinks.delta.change_rows import plan_schema, record_rows, snapshot_rows
+from gtidsnap.sinks.delta.change_rows import record_rows, snapshot_rows
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
-from gtidsnap.sinks.delta.mirror_writes import MirrorState, staged_frame
+from gtidsnap.sinks.delta.mirror_keeper import Handover
+from gtidsnap.sinks.delta.mirror_writes import staged_frame
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape
 
 if TYPE_CHECKING:
@@ -43,15 +43,6 @@ class Pending:
     chunks: list[SnapshotColumns] = field(default_factory=list)
 
 
-@dataclass
-class MirrorEntry:
-    """A table's mirror as the sink keeps it: its state and the last shape written with."""
-
-    state: MirrorState
-    shape: Shape
-    catch_up: tuple[int | None, int] | None = None  # changelog records merged at the next update: (from, to)
-
-
 class TableWriter:
     """Writes tables' parts of batches for a sink (see the module docstring)."""
 
@@ -62,50 +53,56 @@ class TableWriter:
         root: str,
         app_id: str,
         settings: SinkSettings,
-        entry: Callable[[TableId], MirrorEntry],
     ) -> None:
         self.spark, self.tables, self.root, self.app_id, self.settings = spark, tables, root, app_id, settings
-        self.entry = entry
+        self._seen: dict[TableId, dict[str, Column]] = {}  # every column a table's mirror was given
         self.keeps_mirrors = settings.mirror == "gtidsnap"
         self.logs_snapshot_rows = settings.changelog and (
             settings.changelog_snapshot_rows or not self.keeps_mirrors
         )
 
-    def write(self, table: TableId, part: Pending, batch: int) -> None:
-        """One table's part of a batch: its changelog rows appended, its snapshot rows staged, its
-        streamed changes left waiting for the mirror's update."""
+    def mirror_shape(self, table: TableId, schema: TableSchema, seen: dict[str, Column]) -> Shape:
+        """The shape a table's mirror is written with: the current one, every column it was given."""
+        known = self._seen.setdefault(table, {})
+        known.update(seen)
+        return Shape(schema, dict(known))
+
+    def write(self, table: TableId, part: Pending, batch: int) -> Handover | None:
+        """One table's part of a batch: its changelog rows appended, its snapshot rows staged; what it
+        hands the table's mirror (None: no mirror is kept)."""
         shape = Shape(part.schema, dict(part.seen))
         streamed = [r for r in part.records if r.op != "r"]
         snapshot = [r for r in part.records if r.op == "r"]
         self.spark.sparkContext.setJobDescription(f"gtidsnap batch {batch}: {table}")
         try:
-            if self.keeps_mirrors:  # created first: a changelog never lacks its mirror
-                entry = self.entry(table)
-                entry.shape = Shape(part.schema, {**entry.shape.seen, **part.seen})
-                plan = self.tables.prepare(
-                    table, mirror_path(self.root, table), entry.shape, delta_types.MIRROR_META, cdf=True
-                )
+            if self.keeps_mirrors:  # created (or widened) first: a changelog never lacks its mirror
+                handover = self._mirror_handover(table, part)
             if self.settings.changelog:
                 self._append_changelog(table, shape, streamed, snapshot, part.chunks, batch)
             if not self.keeps_mirrors:
-                return
-            state = entry.state
+                return None
+            plan = handover.plan
             if streamed:
-                state.wait(record_rows(table, part.schema, plan, streamed, changelog=False))
+                handover.waiting.append(record_rows(table, part.schema, plan, streamed, changelog=False))
             for fresh in (True, False):
                 rows = [r for r in snapshot if r.fresh is fresh]
                 chunks = [c for c in part.chunks if c.fresh is fresh and not isinstance(c.rows, StagedRows)]
                 if rows or chunks:
-                    self._stage(table, entry, plan, rows, chunks, fresh, batch)
+                    handover.staged.append(self._stage(table, handover, rows, chunks, fresh, batch))
             for chunk in part.chunks:  # staged where they were read: only named here
                 if isinstance(chunk.rows, StagedRows) and len(chunk.rows):
-                    split = staging.staged_split(
-                        table, chunk.rows, chunk.first_seq, chunk.source_ts, chunk.fresh
+                    handover.staged.append(
+                        staging.staged_split(table, chunk.rows, chunk.first_seq, chunk.source_ts, chunk.fresh)
                     )
-                    entry.state.staged.append(split)
-                    self._held_decided(table, entry, plan)
+            return handover
         finally:
             self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+
+    def _mirror_handover(self, table: TableId, part: Pending) -> Handover:
+        shape = self.mirror_shape(table, part.schema, part.seen)
+        mirror = mirror_path(self.root, table)
+        plan = self.tables.prepare(table, mirror, shape, delta_types.MIRROR_META, cdf=True)
+        return Handover(shape, plan, created=mirror in self.tables.created)
 
     def _append_changelog(
         self,
@@ -153,36 +150,22 @@ class TableWriter:
     def _stage(
         self,
         table: TableId,
-        entry: MirrorEntry,
-        plan: ColumnPlan,
+        handover: Handover,
         records: Sequence[Record],
         chunks: Sequence[SnapshotColumns],
         fresh: bool,
         batch: int,
-    ) -> None:
+    ) -> staging.StagedFile:
         """Snapshot rows as one staged file of the mirror (see :mod:`gtidsnap.sinks.delta.staging`)."""
+        plan = handover.plan
         parts = [snapshot_rows(plan, chunks, changelog=False)] if chunks else []
         if records:
-            parts.append(record_rows(table, entry.shape.schema, plan, records, changelog=False))
+            parts.append(record_rows(table, handover.shape.schema, plan, records, changelog=False))
         rows = pa.concat_tables(parts).sort_by("_seq") if len(parts) > 1 else parts[0]
         name = f"b{batch}-{'fresh' if fresh else 'merge'}"
-        entry.state.staged.append(staging.write_staged(self.root, table, name, rows, fresh))
+        staged = staging.write_staged(self.root, table, name, rows, fresh)
         crash_point("delta-after-staging")
-        self._held_decided(table, entry, plan)
-
-    def _held_decided(self, table: TableId, entry: MirrorEntry, plan: ColumnPlan) -> None:
-        state = entry.state
-        if not state.held_known:  # decided once a run, when the table's first snapshot rows come
-            state.held_known = True
-            if has_streamed_rows(self.spark, mirror_path(self.root, table)):
-                log.info(
-                    "%s: its mirror holds streamed rows from before: its snapshot rows are merged", table
-                )
-                state.held = None
-            else:
-                state.held = pa.schema(
-                    [plan_schema(plan, False).field(k) for k in entry.shape.schema.key]
-                ).empty_table()
+        return staged
 
 
 def changelog_schema(plan: ColumnPlan, changelog: bool) -> Any:

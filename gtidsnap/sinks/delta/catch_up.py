@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 MERGED_SEQ = "gtidsnap_merged_seq"
 STAGED_SEQ = "gtidsnap_staged_seq"  # staged snapshot rows up to this _seq are in the mirror
+MIRROR_UPDATE = "gtidsnap_mirror"  # a background update of checkpointed data, never undone (mirror_keeper)
 MIRROR_JOB = "gtidsnap_mirror_job"  # user metadata of a commit of the mirror job (spark/mirror_job.py)
 NOTHING_WAITS = -1  # the watermark of a mirror written before merges were deferred: nothing to catch up
 
@@ -62,7 +63,7 @@ def merged_watermark(commits: Sequence[Any]) -> int | None:
         if undone_to is not None:
             below = undone_to if below is None else min(below, undone_to)
             continue
-        if "gtidsnap_batch" in meta or MIRROR_JOB in meta:
+        if "gtidsnap_batch" in meta or MIRROR_UPDATE in meta or MIRROR_JOB in meta:
             seq = meta.get(MERGED_SEQ)
             return int(seq) if isinstance(seq, int) else NOTHING_WAITS
     return None

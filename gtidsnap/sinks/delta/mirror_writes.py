@@ -24,7 +24,7 @@ from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.model import quote_ident
 from gtidsnap.sinks.arrow_columns import POSITION
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, STAGED_SEQ
+from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, MIRROR_UPDATE, STAGED_SEQ
 from gtidsnap.sinks.delta.change_rows import SEQ, key_rows, matching, newest_per_key
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.staging import StagedFile
@@ -110,9 +110,20 @@ class MirrorWriter:
         self.app_id = app_id
 
     def update(
-        self, path: str, key: Sequence[str], plan: ColumnPlan, state: MirrorState, batch: int, merge_due: bool
+        self,
+        path: str,
+        key: Sequence[str],
+        plan: ColumnPlan,
+        state: MirrorState,
+        batch: int,
+        merge_due: bool,
+        background: bool = False,
     ) -> UpdateResult:
-        """One update of the mirror at ``path`` (batch ``batch``); ``state`` moves past it."""
+        """One update of the mirror at ``path``; ``state`` moves past it. Inline, its commits belong to
+        batch ``batch`` (idempotent for it, undone with it); in the background (of checkpointed data
+        only) they are tagged ``gtidsnap_mirror`` with the checkpointed batch ``batch`` and never undone:
+        their watermarks say what the mirror holds."""
+        txn = not background
         key = list(key)
         waiting = _concat(state.waiting) if state.waiting else None
         appended = merged = 0
@@ -138,8 +149,8 @@ class MirrorWriter:
                     merge_parts.append(frame.join(hits_frame, on=key, how="left_semi"))
                     merge_keys.append(hits)
                 state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
-                meta = self._meta(batch, state, waiting, SNAPSHOT_APP)
-                self.tables.append_frame(path, append, batch, self.app_id + SNAPSHOT_APP, meta)
+                meta = self._meta(batch, state, waiting, SNAPSHOT_APP, background)
+                self.tables.append_frame(path, append, batch, self.app_id + SNAPSHOT_APP, meta, txn)
                 appended = sum(f.rows for f in staged)
             else:
                 merge_parts.append(_newest_in_spark(frame, key) if len(staged) > 1 else frame)
@@ -169,14 +180,16 @@ class MirrorWriter:
             condition = F.expr(same_key(key))
             if pruned:  # a small source: Delta skips the files outside its key range
                 condition = _pruned(condition, key[0], plan, merge_keys)
-            meta = self._meta(batch, state, None, "")
-            self.tables.merge_frame(path, source, condition, batch, meta)
+            meta = self._meta(batch, state, None, "", background)
+            self.tables.merge_frame(path, source, condition, batch, meta, txn)
             merged = sum(t.num_rows for t in merge_keys)
         if appended or merge_parts:
             crash_point("delta-after-mirror")
         return UpdateResult(appended, merged)
 
-    def _meta(self, batch: int, state: MirrorState, waiting: pa.Table | None, suffix: str) -> dict[str, Any]:
+    def _meta(
+        self, batch: int, state: MirrorState, waiting: pa.Table | None, suffix: str, background: bool
+    ) -> dict[str, Any]:
         """A mirror commit's user metadata: its batch and how far it then holds the changelog (every
         change up to ``gtidsnap_merged_seq``) and the staged rows (up to ``gtidsnap_staged_seq``)."""
         left = waiting if waiting is not None else (_concat(state.waiting) if state.waiting else None)
@@ -186,7 +199,7 @@ class MirrorWriter:
             else state.top_seq
         )
         return {
-            "gtidsnap_batch": batch,
+            MIRROR_UPDATE if background else "gtidsnap_batch": batch,
             "app_id": self.app_id + suffix,
             MERGED_SEQ: merged,
             STAGED_SEQ: state.staged_seq,

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import quote_ident
-from gtidsnap.sinks.delta.catch_up import merged_watermark, staged_watermark
+from gtidsnap.sinks.delta.catch_up import MIRROR_UPDATE, merged_watermark, staged_watermark
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, DeltaTableRef, recorded_key
 from gtidsnap.sinks.delta.util import USER_METADATA, same_key, short_error
 
@@ -94,7 +94,10 @@ def batch_of(user_metadata: str | None) -> int | None:
         data = json.loads(user_metadata)
     except ValueError:
         return None
-    batch = data.get("gtidsnap_batch") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    # a background mirror update names the batch whose checkpoint was saved: never above the checkpoint
+    batch = data.get("gtidsnap_batch", data.get(MIRROR_UPDATE))
     return batch if isinstance(batch, int) else None
 
 

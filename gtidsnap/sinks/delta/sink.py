@@ -1,7 +1,8 @@
 """The Delta Lake sink: each batch APPENDs its streamed records to the tables' changelogs and stages its
 snapshot rows as Parquet files; a table's mirror is updated when due, by one APPEND of its staged rows
-(folded with newer changes) and one MERGE of the rest (:mod:`gtidsnap.sinks.delta.mirror_update`),
-idempotently per batch (see the package docstring of :mod:`gtidsnap.sinks.delta`).
+(folded with newer changes) and one MERGE of the rest (:mod:`gtidsnap.sinks.delta.mirror_update`), in
+the background once the batch's checkpoint is saved (:mod:`gtidsnap.sinks.delta.mirror_keeper`; see
+the package docstring of :mod:`gtidsnap.sinks.delta`).
 
 Snapshot rows come from the chunk readers as Arrow columns (:class:`SnapshotColumns`; the readers
 render them, :meth:`DeltaSink.chunk_renderer`): they are never Python objects here, and go to Delta
@@ -11,7 +12,7 @@ or the end of the run), since Spark pays per commit and per file, not per row.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from gtidsnap.core.schema import TableSchema
 from gtidsnap.sinks.arrow_columns import ArrowRenderer, StagedRenderer
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.batch_writes import MirrorEntry, Pending, TableWriter
+from gtidsnap.sinks.delta.batch_writes import Pending, TableWriter
 from gtidsnap.sinks.delta.catch_up import NOTHING_WAITS, changelog_after
 from gtidsnap.sinks.delta.layout import (
     absolute_root,
@@ -36,10 +37,10 @@ from gtidsnap.sinks.delta.layout import (
     mirror_path,
     recorded_key,
 )
-from gtidsnap.sinks.delta.mirror_update import MergePolicy
+from gtidsnap.sinks.delta.mirror_keeper import Handover, MirrorEntry, MirrorKeeper
 from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter, spark_schema
 from gtidsnap.sinks.delta.recovery import recover
-from gtidsnap.sinks.delta.tables import DeltaTables, Shape
+from gtidsnap.sinks.delta.tables import DeltaTables, warm_up
 from gtidsnap.sinks.delta.util import short_error
 
 if TYPE_CHECKING:
@@ -82,11 +83,9 @@ class DeltaSink:
         self._failed: int | None = None  # a batch whose commit failed, to be retried as is
         self._pending: dict[TableId, Pending] = {}
         self._tables: DeltaTables | None = None
-        self._mirrors: dict[TableId, MirrorEntry] = {}
-        self._writer: MirrorWriter | None = None
+        self._keeper: MirrorKeeper | None = None
         self._table_writer: TableWriter | None = None
-        interval = settings.merge_interval_s if settings.changelog else 0.0
-        self._policy = MergePolicy(interval_s=interval, max_rows=settings.merge_rows)
+        self._checkpoints_reported = False  # an engine says when each checkpoint is saved
         self._draining = False
         self._done: list[staging.StagedFile] = []  # appended: deleted once no checkpoint names them
 
@@ -117,7 +116,27 @@ class DeltaSink:
         executors) write them under the output's staging folder, so no row comes to this process."""
         return StagedRenderer(staging.splits_folder(self.root)) if remote else ArrowRenderer()
 
+    @property
+    def keeper(self) -> MirrorKeeper:
+        if self._keeper is None:
+            raise SinkError("the Delta sink is not open")
+        return self._keeper
+
     # ------------------------------------------------------------------ Sink protocol
+    def report_checkpoints(self) -> None:
+        """The engine will call :meth:`checkpointed` after each checkpoint it saves: the mirrors are
+        then updated in the background (with a changelog; see :mod:`.mirror_keeper`)."""
+        self._checkpoints_reported = True
+
+    def checkpointed(self, position: Any) -> None:
+        """The checkpoint naming ``position`` is saved: what its batch handed the mirrors is theirs; at
+        the end of a run, wait until every mirror holds it (raising a failed update's error)."""
+        if self._keeper is None or not isinstance(position, dict):
+            return
+        self._keeper.checkpointed(int(position[POSITION_KEY]))
+        if self._draining:
+            self._keeper.finish(wait=True)
+
     def open(self, committed: Any) -> None:
         last, staged = self._parse_position(committed)
         try:
@@ -143,13 +162,23 @@ class DeltaSink:
                 if ref.kind == "mirror":
                     watermarks[ref.table] = (recovery.merged_seq, recovery.staged_seq)
             self._reset()
+            started = time.monotonic()
+            staging.remove_folder(staging.warm_up_folder(self.root))
+            warm_up(self.spark, staging.warm_up_folder(self.root))
+            staging.remove_folder(staging.warm_up_folder(self.root))
+            log.debug("Delta writes warmed up in %.1f s", time.monotonic() - started)
             self._tables = DeltaTables(self.spark, self.app_id)
-            self._writer = MirrorWriter(self.spark, self._tables, self.app_id)
-            self._table_writer = TableWriter(
-                self.spark, self._tables, self.root, self.app_id, self.settings, self._entry
-            )
+            self._table_writer = TableWriter(self.spark, self._tables, self.root, self.app_id, self.settings)
+            settings = self.settings  # merge_interval_s = 0: each batch brings its mirrors up to date
+            background = self._checkpoints_reported and settings.changelog and settings.merge_interval_s > 0
+            background = background and self._keeps_mirrors
+            spark = self.spark.newSession() if background else self.spark  # its own conf (commit tags)
+            tables_ = DeltaTables(spark, self.app_id) if background else self._tables
+            writer = MirrorWriter(spark, tables_, self.app_id)
+            self._keeper = MirrorKeeper(spark, writer, self.root, self.settings, background)
             logged = {ref.table for ref in tables if ref.kind == "changelog"}
-            self._resume_mirrors(watermarks, logged, staged)
+            self._resume_mirrors(watermarks, logged, staged, last or 0)
+            self._keeper.start()
         except SinkError:
             raise
         except Exception as exc:  # Spark/Delta/py4j errors: say where
@@ -163,6 +192,7 @@ class DeltaSink:
         watermarks: Mapping[TableId, tuple[int | None, int]],
         logged: set[TableId],
         staged: Sequence[staging.StagedFile],
+        last: int,
     ) -> None:
         """Staged files the checkpoint names wait again (those the mirror already holds are deleted);
         other staged files are deleted; a mirror behind its changelog catches up at the next update."""
@@ -178,11 +208,16 @@ class DeltaSink:
             return
         for table in sorted({*(f.table for f in pending), *(t for t in watermarks if t in logged)}):
             merged, staged_seq = watermarks.get(table, (None, -1))
-            entry = self._entry(table)
-            entry.state.staged = [f for f in pending if f.table == table]
-            entry.state.staged_seq = staged_seq
+            schema = self.schema_of(table)
+            shape = self._writer_of_tables().mirror_shape(table, schema, {c.name: c for c in schema.columns})
+            plan = self.tables.prepare(
+                table, mirror_path(self.root, table), shape, delta_types.MIRROR_META, cdf=True
+            )
+            state = MirrorState(staged=[f for f in pending if f.table == table], staged_seq=staged_seq)
+            entry = MirrorEntry(state, shape, plan)
             if table in logged and merged != NOTHING_WAITS:
                 self._catch_up(table, entry, merged)
+            self.keeper.resume(table, entry, last)
 
     def _catch_up(self, table: TableId, entry: MirrorEntry, merged: int | None) -> None:
         """The changelog's records the mirror does not hold yet (a run stopped while they waited): they
@@ -223,13 +258,15 @@ class DeltaSink:
                 part.seen.update({c.name: c for c in schema.columns})
 
     def drain(self) -> None:
-        """The run ends: the next commit also brings every mirror up to date, so the output is whole."""
+        """The run ends: every mirror is brought up to date (inline: by the next commit; in the
+        background: before :meth:`checkpointed` of the next commit returns), so the output is whole."""
         self._draining = True
+        self.keeper.drain()
 
     def commit(self) -> dict[str, Any]:
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
-        if not self._pending and not self._updates_due():
+        if not self._pending and not self.keeper.due():
             return self._position(self._batch)
         batch = self._batch + 1
         self._failed = batch
@@ -246,7 +283,7 @@ class DeltaSink:
             raise SinkError("the Delta sink is not open")
         if self._failed is not None:
             raise SinkError(f"the commit of batch {self._failed} failed: reopen the sink")
-        if not self._pending and not self._updates_due():
+        if not self._pending and not self.keeper.due():
             position = self._position(self._batch)
             return lambda: position
         batch, pending = self._batch + 1, self._pending
@@ -265,6 +302,11 @@ class DeltaSink:
     def close(self) -> None:
         """Drops what was not committed (the replay brings it back) and what waits for the mirror (the
         next ``open`` finds it in the changelog and the staged files); the SparkSession stays up."""
+        if self._keeper is not None:
+            self._keeper.finish(wait=False)  # an update under way ends first
+            if self._draining and self._keeper.background:  # appended after the last checkpoint
+                with contextlib.suppress(OSError):
+                    staging.remove(self._keeper.position_files()[1])
         self._reset()
         self._batch = None
         self._failed = None
@@ -277,52 +319,23 @@ class DeltaSink:
     def _reset(self) -> None:
         self._pending.clear()
         self._tables = None
-        self._writer = None
+        self._keeper = None
         self._table_writer = None
-        self._mirrors.clear()
         self._draining = False
 
     # ------------------------------------------------------------------ writing
-    def _entry(self, table: TableId) -> MirrorEntry:
-        entry = self._mirrors.get(table)
-        if entry is None:
-            schema = self.schema_of(table)
-            entry = self._mirrors[table] = MirrorEntry(
-                MirrorState(), Shape(schema, {c.name: c for c in schema.columns})
-            )
-        return entry
-
-    def _updates_due(self) -> bool:
-        return any(self._due(entry)[0] or self._due(entry)[1] for entry in self._mirrors.values())
-
-    def _due(self, entry: MirrorEntry) -> tuple[bool, bool]:
-        """Is a MERGE of the waiting changes due, and an APPEND of the staged rows?"""
-        state, now = entry.state, time.monotonic()
-        eager = self._draining or not self.settings.changelog or entry.catch_up is not None
-        merge = bool(state.waiting) and (
-            eager or self._policy.due(state.waiting_rows, state.waiting_since, now)
-        )
-        oldest = min((f.staged_at for f in state.staged), default=now)
-        staged = bool(state.staged) and (
-            merge
-            or eager
-            or state.staged_rows >= self.settings.snapshot_rows
-            or now - oldest >= self.settings.merge_interval_s
-        )
-        return merge, staged
-
     def _write_batch(self, batch: int, pending: Mapping[TableId, Pending]) -> None:
         started = time.monotonic()
+        keeper = self.keeper
+        keeper.check()  # a failed background update stops the run
         staging.remove(self._done)  # appended before the checkpoint the last batch saved
         self._done = []
-        saved = {t: (copy.copy(e.state), e.catch_up) for t, e in self._mirrors.items()}
+        saved = keeper.saved() if not keeper.background else None
         try:
             self._write_tables(batch, pending)
         except BaseException:  # a retried batch starts from the same state (its Delta writes are skipped)
-            for table, (state, catch_up) in saved.items():
-                self._mirrors[table].state, self._mirrors[table].catch_up = state, catch_up
-            for table in [t for t in self._mirrors if t not in saved]:
-                del self._mirrors[table]
+            if saved is not None:
+                keeper.restore(saved)
             raise
         count = sum(len(p.records) + sum(len(c) for c in p.chunks) for p in pending.values())
         log.info(
@@ -334,51 +347,28 @@ class DeltaSink:
         )
 
     def _write_tables(self, batch: int, pending: Mapping[TableId, Pending]) -> None:
+        handovers: dict[TableId, Handover] = {}
         for table in sorted(pending):
             crash_point("delta-before-table")
-            self._guarded(table, batch, lambda t=table: self._writer_of_tables().write(t, pending[t], batch))  # type: ignore[misc]
-        for table, entry in sorted(self._mirrors.items()):
-            merge, staged = self._due(entry)
-            if merge or staged:
-                self._guarded(table, batch, lambda t=table, e=entry, m=merge: self._update(t, e, batch, m))  # type: ignore[misc]
-
-    def _guarded(self, table: TableId, batch: int, action: Callable[[], None]) -> None:
-        try:
-            action()
-        except SinkError:
-            raise
-        except Exception as exc:
-            raise SinkError(
-                f"writing batch {batch} of {table} to {self.root} failed: {short_error(exc)}"
-            ) from exc
-
-    def _update(self, table: TableId, entry: MirrorEntry, batch: int, merge: bool) -> None:
-        assert self._writer is not None
-        mirror = mirror_path(self.root, table)
-        plan = self.tables.prepare(table, mirror, entry.shape, delta_types.MIRROR_META, cdf=True)
-        catch_up, entry.catch_up = entry.catch_up, None
-        if catch_up is not None:
-            crash_point("delta-before-catch-up")
-        done = self._writer.update(mirror, entry.shape.schema.key, plan, entry.state, batch, merge)
-        if catch_up is not None:
-            crash_point("delta-after-catch-up")
-            log.info(
-                "%s: caught up with its changelog from _seq %s to %d (batch %d)", mirror, *catch_up, batch
-            )
-        self._done.extend(entry.state.applied)
-        entry.state.applied = []
-        if done.appended or done.merged:
-            log.info(
-                "%s: %d staged rows appended, %d rows merged (batch %d)",
-                mirror,
-                done.appended,
-                done.merged,
-                batch,
-            )
+            try:
+                handover = self._writer_of_tables().write(table, pending[table], batch)
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise SinkError(
+                    f"writing batch {batch} of {table} to {self.root} failed: {short_error(exc)}"
+                ) from exc
+            if handover is not None:
+                handovers[table] = handover
+        self.keeper.hand_over(batch, handovers)
+        if not self.keeper.background:
+            self.keeper.update_due(batch)
 
     # ------------------------------------------------------------------ position
     def _position(self, batch: int) -> dict[str, Any]:
-        staged = [f.to_json() for entry in self._mirrors.values() for f in entry.state.staged]
+        pending, applied = self.keeper.position_files()
+        self._done.extend(applied)
+        staged = [f.to_json() for f in pending]
         return {POSITION_KEY: batch, STAGED_KEY: staged} if staged else {POSITION_KEY: batch}
 
     def _parse_position(self, committed: Any) -> tuple[int | None, list[staging.StagedFile]]:

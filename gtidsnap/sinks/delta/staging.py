@@ -89,6 +89,18 @@ def staging_root(root: str) -> str:
     return f"{root.rstrip('/')}/{STAGING_DIR}"
 
 
+def warm_up_folder(root: str) -> str:
+    """Where the sink's warm-up write goes (:func:`gtidsnap.sinks.delta.tables.warm_up`), then goes;
+    three levels down, so a leftover is never taken for a table of the output."""
+    return f"{staging_root(root)}/warm-up/table"
+
+
+def remove_folder(uri: str) -> None:
+    filesystem, path = _filesystem(uri)
+    with contextlib.suppress(FileNotFoundError):
+        filesystem.delete_dir(path)
+
+
 def splits_folder(root: str) -> str:
     """Where remote readers stage the chunks they read."""
     return f"{staging_root(root)}/splits"

@@ -65,6 +65,15 @@ def merge_newest(spark: SparkSession, path: str, source: DataFrame, condition: S
     )
 
 
+def warm_up(spark: SparkSession, path: str) -> None:
+    """One small Delta table created and appended to at ``path``: a JVM's first Delta writes cost it
+    seconds of class loading and compiling, paid here when the sink opens rather than by the first
+    batch, which the snapshot would wait for."""
+    frame = spark.range(16).selectExpr("id", "CAST(id AS STRING) AS s", "CAST(id AS TIMESTAMP) AS ts")
+    frame.write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+    frame.write.format("delta").mode("append").option("userMetadata", "{}").save(path)
+
+
 @dataclass
 class Shape:
     """A source table's shape for a write: the engine's current one, and every column seen with the
@@ -82,6 +91,7 @@ class DeltaTables:
         self.app_id = app_id
         self._delta_schemas: dict[str, T.StructType] = {}
         self._delta_keys: dict[str, list[str] | None] = {}
+        self.created: set[str] = set()  # the tables this instance created (empty before this run)
 
     def prepare(
         self, table: TableId, path: str, shape: Shape, meta: Sequence[T.StructField], cdf: bool
@@ -112,6 +122,7 @@ class DeltaTables:
             crash_point("delta-after-create")
             self._delta_schemas[path] = T.StructType(fields)
             self._delta_keys[path] = key
+            self.created.add(path)
             log.info("created %s for %s", path, table)
             return plan
         stored = self.delta_key(path)
@@ -139,25 +150,29 @@ class DeltaTables:
         self.append_frame(path, frame, batch, self.app_id, meta)
 
     def append_frame(
-        self, path: str, frame: DataFrame, batch: int, app_id: str, meta: dict[str, Any]
+        self, path: str, frame: DataFrame, batch: int, app_id: str, meta: dict[str, Any], txn: bool = True
     ) -> None:
-        """APPEND ``frame``, idempotent for ``app_id`` and ``batch``, tagged with ``meta``."""
-        writer = (
-            frame.write.format("delta")
-            .mode("append")
-            .option("mergeSchema", "true")
-            .option("txnAppId", app_id)
-            .option("txnVersion", str(batch))
-            .option("userMetadata", json.dumps(meta))
-        )
+        """APPEND ``frame``, tagged with ``meta``; with ``txn``, idempotent for ``app_id`` and ``batch``
+        (without: the caller knows from ``meta`` what the table holds)."""
+        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
+        if txn:
+            writer = writer.option("txnAppId", app_id).option("txnVersion", str(batch))
+        writer = writer.option("userMetadata", json.dumps(meta))
         retry_conflicts(lambda: writer.save(path), path)
         self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), frame.schema)
 
     def merge_frame(
-        self, path: str, source: DataFrame, condition: SparkColumn, batch: int, meta: dict[str, Any]
+        self,
+        path: str,
+        source: DataFrame,
+        condition: SparkColumn,
+        batch: int,
+        meta: dict[str, Any],
+        txn: bool = True,
     ) -> None:
-        """MERGE by key, newest ``_seq`` wins, idempotent for the sink's app id and ``batch``."""
-        with self._txn(batch, meta):
+        """MERGE by key, newest ``_seq`` wins; with ``txn``, idempotent for the sink's app id and
+        ``batch``."""
+        with self._txn(batch if txn else None, meta):
             retry_conflicts(lambda: merge_newest(self.spark, path, source, condition), path)
         self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), source.schema)
 
@@ -177,12 +192,13 @@ class DeltaTables:
         return self._delta_schemas[path]
 
     @contextmanager
-    def _txn(self, batch: int, meta: dict[str, Any]) -> Iterator[None]:
+    def _txn(self, batch: int | None, meta: dict[str, Any]) -> Iterator[None]:
         """Session settings of a batch's MERGE: idempotent, tagged with ``meta`` (its batch and how far
         the mirror then holds the changelog), its source (in memory, or staged files) read as is."""
         conf = self.spark.conf
-        conf.set(TXN_APP_ID, self.app_id)
-        conf.set(TXN_VERSION, str(batch))
+        if batch is not None:
+            conf.set(TXN_APP_ID, self.app_id)
+            conf.set(TXN_VERSION, str(batch))
         conf.set(USER_METADATA, json.dumps(meta))
         conf.set(MATERIALIZE_SOURCE, "none")
         try:
