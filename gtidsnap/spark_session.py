@@ -104,6 +104,9 @@ def _default_conf(jars: list[Path]) -> dict[str, str]:
         # Arrow for pandas/pyarrow <-> Spark; fail loudly rather than silently take the row path.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+        # The JIT: every Spark query generates new classes, which C2 would compile again and again
+        # (measured: C2 took ~0.5 of a core through a snapshot); C1 code is good enough here.
+        "spark.driver.extraJavaOptions": os.environ.get("GTIDSNAP_JVM_OPTS", "-XX:TieredStopAtLevel=1"),
         # Large Arrow batches: Spark cuts an Arrow table into one partition (and file) per batch.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "250000",
         # The mirrors' updates run beside the batches (sinks/delta/mirror_keeper.py): share the cores
@@ -182,7 +185,9 @@ def build_spark_session(
         properties = log_file.with_name(log_file.name + ".log4j2.properties")
         properties.parent.mkdir(parents=True, exist_ok=True)
         properties.write_text(_LOG4J2.format(path=log_file), encoding="utf-8")
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={properties.as_uri()}"
+        conf["spark.driver.extraJavaOptions"] = (
+            f"{conf['spark.driver.extraJavaOptions']} -Dlog4j2.configurationFile={properties.as_uri()}"
+        )
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in {**conf, **extra}.items():
         builder = builder.config(key, value)

@@ -77,9 +77,11 @@ class MirrorEntry:
     plan: ColumnPlan
     catch_up: tuple[int | None, int] | None = None
     last_staged_at: float | None = None  # when its newest staged file was taken in
+    staged_gap_s: float = 0.0  # the time between its last two staged files
 
     def __copy__(self) -> MirrorEntry:
-        return MirrorEntry(copy.copy(self.state), self.shape, self.plan, self.catch_up, self.last_staged_at)
+        state, at, gap = copy.copy(self.state), self.last_staged_at, self.staged_gap_s
+        return MirrorEntry(state, self.shape, self.plan, self.catch_up, at, gap)
 
 
 class MirrorKeeper:
@@ -128,10 +130,12 @@ class MirrorKeeper:
             self._lock.notify_all()
 
     def drain(self) -> None:
-        """The run ends: every mirror is brought up to date (inline: by the next batch)."""
-        with self._lock:
-            self._draining = True
-            self._lock.notify_all()
+        """The run ends: inline, the next batch brings every mirror up to date. (In the background,
+        :meth:`finish` does, once the last batch is taken in: updating before would MERGE changes
+        whose keys the last staged rows hold, rewriting the mirror instead of folding them.)"""
+        if not self.background:
+            with self._lock:
+                self._draining = True
 
     def position_files(self) -> tuple[list[staging.StagedFile], list[staging.StagedFile]]:
         """For a checkpoint: the staged files no mirror holds for sure yet (it names them), and those
@@ -228,7 +232,10 @@ class MirrorKeeper:
                     entry.state.wait(rows)
                 if handed.staged:
                     entry.state.staged.extend(handed.staged)
-                    entry.last_staged_at = time.monotonic()
+                    now = time.monotonic()
+                    if entry.last_staged_at is not None:
+                        entry.staged_gap_s = now - entry.last_staged_at
+                    entry.last_staged_at = now
 
     # ------------------------------------------------------------------ updates
     def update_due(self, batch: int) -> bool:
@@ -251,7 +258,9 @@ class MirrorKeeper:
         )
         if not state.staged:
             return merge, False
-        coming = entry.last_staged_at is not None and now - entry.last_staged_at < self.quiet_s
+        # still coming: the next file is not late yet (slow batches space them out)
+        quiet = max(self.quiet_s, 2 * entry.staged_gap_s)
+        coming = entry.last_staged_at is not None and now - entry.last_staged_at < quiet
         if eager or not coming or state.staged_rows >= self.settings.snapshot_rows:
             return merge, True
         # still coming: the table's changes fold into them, unless too many wait

@@ -87,6 +87,7 @@ class DeltaSink:
         self._table_writer: TableWriter | None = None
         self._checkpoints_reported = False  # an engine says when each checkpoint is saved
         self._draining = False
+        self._final: int | None = None  # the batch sealed once the run drains: its checkpoint ends it
         self._done: list[staging.StagedFile] = []  # appended: deleted once no checkpoint names them
 
     @property
@@ -133,8 +134,9 @@ class DeltaSink:
         the end of a run, wait until every mirror holds it (raising a failed update's error)."""
         if self._keeper is None or not isinstance(position, dict):
             return
-        self._keeper.checkpointed(int(position[POSITION_KEY]))
-        if self._draining:
+        batch = int(position[POSITION_KEY])
+        self._keeper.checkpointed(batch)
+        if self._final is not None and batch >= self._final:
             self._keeper.finish(wait=True)
 
     def open(self, committed: Any) -> None:
@@ -168,7 +170,10 @@ class DeltaSink:
             staging.remove_folder(staging.warm_up_folder(self.root))
             log.debug("Delta writes warmed up in %.1f s", time.monotonic() - started)
             self._tables = DeltaTables(self.spark, self.app_id)
-            self._table_writer = TableWriter(self.spark, self._tables, self.root, self.app_id, self.settings)
+            retried = not self._checkpoints_reported  # commit() may be retried: idempotent Delta txns
+            self._table_writer = TableWriter(
+                self.spark, self._tables, self.root, self.app_id, self.settings, txn=retried
+            )
             settings = self.settings  # merge_interval_s = 0: each batch brings its mirrors up to date
             background = self._checkpoints_reported and settings.changelog and settings.merge_interval_s > 0
             background = background and self._keeps_mirrors
@@ -267,8 +272,10 @@ class DeltaSink:
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
         if not self._pending and not self.keeper.due():
+            self._final = self._batch if self._draining else None
             return self._position(self._batch)
         batch = self._batch + 1
+        self._final = batch if self._draining else None
         self._failed = batch
         self._write_batch(batch, self._pending)
         self._pending = {}
@@ -284,9 +291,11 @@ class DeltaSink:
         if self._failed is not None:
             raise SinkError(f"the commit of batch {self._failed} failed: reopen the sink")
         if not self._pending and not self.keeper.due():
+            self._final = self._batch if self._draining else None
             position = self._position(self._batch)
             return lambda: position
         batch, pending = self._batch + 1, self._pending
+        self._final = batch if self._draining else None
         self._batch, self._pending = batch, {}
 
         def job() -> dict[str, Any]:
@@ -322,6 +331,7 @@ class DeltaSink:
         self._keeper = None
         self._table_writer = None
         self._draining = False
+        self._final = None
 
     # ------------------------------------------------------------------ writing
     def _write_batch(self, batch: int, pending: Mapping[TableId, Pending]) -> None:

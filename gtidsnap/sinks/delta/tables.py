@@ -143,11 +143,18 @@ class DeltaTables:
         return plan
 
     def append_arrow(
-        self, path: str, rows: pa.Table, schema: T.StructType, batch: int, meta: dict[str, Any]
+        self,
+        path: str,
+        rows: pa.Table,
+        schema: T.StructType,
+        batch: int,
+        meta: dict[str, Any],
+        txn: bool = True,
     ) -> None:
-        """APPEND Arrow rows (a changelog's batch), idempotent for the sink's app id and ``batch``."""
+        """APPEND Arrow rows (a changelog's batch); with ``txn``, idempotent for the sink's app id and
+        ``batch``."""
         frame = self.spark.createDataFrame(rows, schema=schema)
-        self.append_frame(path, frame, batch, self.app_id, meta)
+        self.append_frame(path, frame, batch, self.app_id, meta, txn)
 
     def append_frame(
         self, path: str, frame: DataFrame, batch: int, app_id: str, meta: dict[str, Any], txn: bool = True
