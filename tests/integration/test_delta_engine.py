@@ -296,7 +296,9 @@ def check_output(spark: SparkSession, pair: ReplicaPair, db: str, root: str) -> 
     records.sort(key=lambda r: r["seq"])
     # (snapshot rows every change overwrote since are in neither table: callers check the snapshot's way in)
     assert any(not r["snapshot"] for r in records), "no streamed change reached the output"
-    check_invariants(records, expected, every_seq=not unlogged)
+    # every _seq is there only when the changelogs hold the snapshot rows too
+    every_seq = not unlogged and any(r["snapshot"] for r in records)
+    check_invariants(records, expected, every_seq=every_seq)
     return len(records)
 
 
@@ -626,7 +628,9 @@ def test_kill_9_in_the_deferred_write_path(
     try:
         for crash in DEFERRED_STEPS:
             for _ in range(RUNS_PER_STEP):
-                code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash)
+                # short batches: a restarted run catches up in several, so a crash can come after a
+                # checkpointed one whose changes still wait for their MERGE (mirrors update apart)
+                code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash, GTIDSNAP_SINK_BATCH_MS="200")
                 caught_up += len(CAUGHT_UP.findall(log))
                 if code == -signal.SIGKILL:
                     landed.append(crash)
