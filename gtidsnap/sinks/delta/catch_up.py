@@ -12,7 +12,7 @@ since a change applies only to an older ``_seq``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gtidsnap.core.errors import SinkError
@@ -46,23 +46,28 @@ def _undone_to(commit: Any, meta: dict[str, Any]) -> int | None:
     return int(undo["to_version"]) if isinstance(undo, dict) and "to_version" in undo else None
 
 
-def merged_watermark(commits: Sequence[Any]) -> int | None:
-    """W of a mirror from its history (rows with version, operation, userMetadata,
-    operationParameters; any order): the newest commit that is not undone and was written by a batch
-    of the sink or by the mirror job.
-
-    None: no batch ever wrote the mirror (every record of its changelog waits). ``NOTHING_WAITS``: the
-    newest batch commit predates deferred merges (each batch was merged whole)."""
+def _kept_newest_first(commits: Sequence[Any]) -> Iterator[dict[str, Any]]:
+    """The user metadata of the commits no undo took back (ours, or a RESTORE), newest first."""
     below: int | None = None  # commits above this version were undone
     for commit in sorted(commits, key=lambda c: int(c["version"]), reverse=True):
-        version = int(commit["version"])
-        if below is not None and version > below:
+        if below is not None and int(commit["version"]) > below:
             continue
         meta = _metadata(commit)
         undone_to = _undone_to(commit, meta)
         if undone_to is not None:
             below = undone_to if below is None else min(below, undone_to)
             continue
+        yield meta
+
+
+def merged_watermark(commits: Sequence[Any]) -> int | None:
+    """W of a mirror from its history (rows with version, operation, userMetadata,
+    operationParameters; any order): the newest commit that is not undone and was written by a batch
+    of the sink, a background mirror update or the mirror job.
+
+    None: no batch ever wrote the mirror (every record of its changelog waits). ``NOTHING_WAITS``: the
+    newest batch commit predates deferred merges (each batch was merged whole)."""
+    for meta in _kept_newest_first(commits):
         if "gtidsnap_batch" in meta or MIRROR_UPDATE in meta or MIRROR_JOB in meta:
             seq = meta.get(MERGED_SEQ)
             return int(seq) if isinstance(seq, int) else NOTHING_WAITS
@@ -72,16 +77,7 @@ def merged_watermark(commits: Sequence[Any]) -> int | None:
 def staged_watermark(commits: Sequence[Any]) -> int:
     """How far a mirror holds its staged snapshot rows (``gtidsnap_staged_seq`` of its newest commit
     that is not undone and carries it); -1: none."""
-    below: int | None = None
-    for commit in sorted(commits, key=lambda c: int(c["version"]), reverse=True):
-        version = int(commit["version"])
-        if below is not None and version > below:
-            continue
-        meta = _metadata(commit)
-        undone_to = _undone_to(commit, meta)
-        if undone_to is not None:
-            below = undone_to if below is None else min(below, undone_to)
-            continue
+    for meta in _kept_newest_first(commits):
         seq = meta.get(STAGED_SEQ)
         if isinstance(seq, int):
             return seq

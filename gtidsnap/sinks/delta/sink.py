@@ -6,8 +6,8 @@ the package docstring of :mod:`gtidsnap.sinks.delta`).
 
 Snapshot rows come from the chunk readers as Arrow columns (:class:`SnapshotColumns`; the readers
 render them, :meth:`DeltaSink.chunk_renderer`): they are never Python objects here, and go to Delta
-in large appends (``sink.snapshot_rows`` staged rows, or ``sink.merge_interval_s`` after the first,
-or the end of the run), since Spark pays per commit and per file, not per row.
+in large appends (``sink.snapshot_rows`` staged rows, or once no more came for a few seconds, or the
+end of the run), since Spark pays per commit and per file, not per row.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ class DeltaSink:
 
     def _catch_up(self, table: TableId, entry: MirrorEntry, merged: int | None) -> None:
         """The changelog's records the mirror does not hold yet (a run stopped while they waited): they
-        wait again, and the mirror's next update (the next batch) merges them."""
+        wait again, and the mirror's next update (at once, by its keeper) merges them."""
         mirror, changelog = mirror_path(self.root, table), changelog_path(self.root, table)
         key = recorded_key(self.spark, mirror)
         if not key:
@@ -272,10 +272,10 @@ class DeltaSink:
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
         if not self._pending and not self.keeper.due():
-            self._final = self._batch if self._draining else None
+            self._mark_final(self._batch)
             return self._position(self._batch)
         batch = self._batch + 1
-        self._final = batch if self._draining else None
+        self._mark_final(batch)
         self._failed = batch
         self._write_batch(batch, self._pending)
         self._pending = {}
@@ -291,11 +291,11 @@ class DeltaSink:
         if self._failed is not None:
             raise SinkError(f"the commit of batch {self._failed} failed: reopen the sink")
         if not self._pending and not self.keeper.due():
-            self._final = self._batch if self._draining else None
+            self._mark_final(self._batch)
             position = self._position(self._batch)
             return lambda: position
         batch, pending = self._batch + 1, self._pending
-        self._final = batch if self._draining else None
+        self._mark_final(batch)
         self._batch, self._pending = batch, {}
 
         def job() -> dict[str, Any]:
@@ -307,6 +307,10 @@ class DeltaSink:
             return self._position(batch)
 
         return job
+
+    def _mark_final(self, batch: int) -> None:
+        """Once the run drains, the checkpoint of ``batch`` (the last) brings the mirrors up to date."""
+        self._final = batch if self._draining else None
 
     def close(self) -> None:
         """Drops what was not committed (the replay brings it back) and what waits for the mirror (the
