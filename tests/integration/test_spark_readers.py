@@ -140,6 +140,8 @@ def test_splits_into_delta_are_staged_by_the_executors_and_no_row_reaches_the_dr
     monkeypatch.undo()
     rows = [r for r in crossed if r is not None]
     assert rows and all(isinstance(r, StagedRows) for r in rows), "only file names crossed, not rows"
+    with pair.primary() as primary:  # the replica holds all the writer did before the catch-up reads it
+        pair.wait_replicated(primary)
     with Replica(config.source) as replica:  # the writer may finish after the snapshot: catch up
         build_engine(config, replica, spark_factory=lambda: spark).run(until_caught_up=True)
     mirror = spark.read.format("delta").load(mirror_path(str(tmp_path / "delta"), table)).collect()
