@@ -246,6 +246,12 @@ class SinkSettings(_Section):
     merge_rows: int = Field(
         default=100_000, ge=1, description="delta: the mirror MERGEs as soon as this many changes wait"
     )
+    deletion_vectors: bool = Field(
+        default=True,
+        description="delta: mirrors are created with deletion vectors (a MERGE costs what it changes, "
+        "not the table's size; readers need Delta reader version 3: Spark with Delta 2.3+, delta-rs, "
+        "Trino); false for older readers",
+    )
     mirror: Annotated[MirrorKeeper, BeforeValidator(_lower)] = Field(
         default="gtidsnap",
         description="delta: who writes the mirror tables: gtidsnap, or job (spark/mirror_job.py on any "

@@ -256,6 +256,38 @@ def test_merge_rules_idempotent_retry_cdf_changelog_and_schema_changes(
     ]
 
 
+@pytest.mark.parametrize("deletion_vectors", [True, False])
+def test_mirror_merges_mark_replaced_rows_with_deletion_vectors(
+    spark: SparkSession, tmp_path: Path, deletion_vectors: bool
+) -> None:
+    """By default a mirror has deletion vectors: a MERGE that changes two rows of a 200-row file marks
+    them and writes the two new rows, copying none of the others (without, it rewrites the file)."""
+    from delta.tables import DeltaTable
+
+    sink = make_sink(spark, tmp_path, deletion_vectors=deletion_vectors)
+    sink.open(None)
+    sink.write([change("r", k, None, row(k, f"n{k}")) for k in range(1, 201)])
+    sink.commit()
+    sink.write([change("u", 201, row(7, "n7"), row(7, "seven")), change("d", 202, row(9, "n9"), None)])
+    sink.commit()
+    sink.close()
+    mirror = mirror_path(sink.root, ORDERS)
+    table = DeltaTable.forPath(spark, mirror)
+    properties = table.detail().select("properties").first()[0]
+    assert properties.get("delta.enableDeletionVectors") == str(deletion_vectors).lower()
+    merge = table.history().where("operation = 'MERGE'").select("operationMetrics").first()[0]
+    assert int(merge["numTargetRowsUpdated"]) == 1 and int(merge["numTargetRowsDeleted"]) == 1
+    copied, marked = int(merge["numTargetRowsCopied"]), int(merge["numTargetDeletionVectorsAdded"])
+    assert (copied, marked > 0) == ((0, True) if deletion_vectors else (198, False)), merge
+    rows = read(spark, mirror, "id", "name", "_seq")
+    assert len(rows) == 199 and (7, "seven", 201) in rows and not any(r[0] == 9 for r in rows)
+    assert feed(spark, mirror, 2) == [
+        (7, "update_postimage", "seven"),
+        (7, "update_preimage", "n7"),
+        (9, "delete", "n9"),
+    ]
+
+
 def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession, tmp_path: Path) -> None:
     """Batches 1..3 are checkpointed; batch 4 reached Delta (a new table, the mirror of another) but
     not the checkpoint. Reopened at batch 3, the tables are back at batch 3 and another batch 4 lands."""

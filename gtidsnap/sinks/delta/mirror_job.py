@@ -88,18 +88,23 @@ def mirror_watermark(spark: SparkSession, mirror: str) -> int | None:
     return merged_watermark(commits)
 
 
-def merge_mirrors(spark: SparkSession, root: str, committed_batch: int | None) -> list[MirrorPass]:
-    """One pass over every changelog under ``root``, up to gtidsnap's checkpointed batch."""
+def merge_mirrors(
+    spark: SparkSession, root: str, committed_batch: int | None, deletion_vectors: bool = True
+) -> list[MirrorPass]:
+    """One pass over every changelog under ``root``, up to gtidsnap's checkpointed batch (a mirror it
+    creates has deletion vectors unless told not to, as the sink's ``deletion_vectors``)."""
     if committed_batch is None:
         return []  # gtidsnap has not checkpointed any batch: nothing in the changelogs is final
     return [
-        merge_mirror(spark, root, ref.table, committed_batch)
+        merge_mirror(spark, root, ref.table, committed_batch, deletion_vectors)
         for ref in list_tables(spark, root)
         if ref.kind == "changelog"
     ]
 
 
-def merge_mirror(spark: SparkSession, root: str, table: TableId, committed_batch: int) -> MirrorPass:
+def merge_mirror(
+    spark: SparkSession, root: str, table: TableId, committed_batch: int, deletion_vectors: bool = True
+) -> MirrorPass:
     """Bring one mirror up to its changelog as far as gtidsnap has checkpointed it."""
     from delta.tables import DeltaTable
 
@@ -121,7 +126,7 @@ def merge_mirror(spark: SparkSession, root: str, table: TableId, committed_batch
         raise SinkError(f"{changelog} does not record its key ({KEY_PROPERTY})")
     source = changelog_after(spark, changelog, key, before, version)
     if not exists:
-        _create(spark, mirror, source, key, properties)
+        _create(spark, mirror, source, key, properties, deletion_vectors)
     meta = {MIRROR_JOB: {"changelog_version": version}, MERGED_SEQ: int(top)}
     how: Literal["append", "merge"] = "merge"
     spark.conf.set(USER_METADATA, json.dumps(meta))
@@ -143,7 +148,12 @@ def merge_mirror(spark: SparkSession, root: str, table: TableId, committed_batch
 
 
 def _create(
-    spark: SparkSession, mirror: str, source: DataFrame, key: Sequence[str], logged: dict[str, str]
+    spark: SparkSession,
+    mirror: str,
+    source: DataFrame,
+    key: Sequence[str],
+    logged: dict[str, str],
+    deletion_vectors: bool,
 ) -> None:
     """The mirror, empty, as its own first version: the changelog's columns without ``_snapshot``, its
     key and source, and the sink's mirror properties (Change Data Feed on), type widening allowed."""
@@ -155,7 +165,8 @@ def _create(
     fields = [T.StructField(f.name, f.dataType, True) for f in source.schema.fields]
     builder = DeltaTable.createIfNotExists(spark).location(mirror).addColumns(T.StructType(fields))
     copied = {k: v for k, v in logged.items() if k.startswith("gtidsnap.")}
-    for name, value in {**copied, **table_properties(key, mirror=True), TYPE_WIDENING: "true"}.items():
+    properties = {**copied, **table_properties(key, True, deletion_vectors), TYPE_WIDENING: "true"}
+    for name, value in properties.items():
         builder = builder.property(name, value)
     builder.execute()
     crash_point("mirror-job-after-create")

@@ -250,22 +250,26 @@ class MirrorKeeper:
         return worked
 
     def _due(self, entry: MirrorEntry) -> tuple[bool, bool]:
-        """Is a MERGE of the waiting changes due, and an APPEND of the staged rows?"""
+        """Is a MERGE of the waiting changes due, and an APPEND of the staged rows?
+
+        While a table's snapshot rows are still coming, its mirror is only appended to, in pieces of
+        ``snapshot_rows`` (each folding the changes then waiting for its keys): a MERGE meanwhile would
+        read the mirror and rewrite what it touches while the snapshot needs the CPU, and every change
+        waiting for the mirror after the snapshot is merged at once then (unless ``merge_rows`` wait:
+        they are held in memory)."""
         state, now = entry.state, time.monotonic()
         eager = self._draining or entry.catch_up is not None or self.policy.interval_s <= 0
         merge = bool(state.waiting) and (
             eager or self.policy.due(state.waiting_rows, state.waiting_since, now)
         )
-        if not state.staged:
-            return merge, False
         # still coming: the next file is not late yet (slow batches space them out)
         quiet = max(self.quiet_s, 2 * entry.staged_gap_s)
         coming = entry.last_staged_at is not None and now - entry.last_staged_at < quiet
-        if eager or not coming or state.staged_rows >= self.settings.snapshot_rows:
-            return merge, True
-        # still coming: the table's changes fold into them, unless too many wait
-        merge = bool(state.waiting) and state.waiting_rows >= self.settings.merge_rows
-        return merge, merge
+        if coming and not eager:
+            merge = bool(state.waiting) and state.waiting_rows >= self.settings.merge_rows
+        if not state.staged:
+            return merge, False
+        return merge, eager or merge or not coming or state.staged_rows >= self.settings.snapshot_rows
 
     def _update(self, table: TableId, entry: MirrorEntry, batch: int, merge: bool) -> None:
         mirror = mirror_path(self.root, table)

@@ -169,7 +169,7 @@ class DeltaSink:
             warm_up(self.spark, staging.warm_up_folder(self.root))
             staging.remove_folder(staging.warm_up_folder(self.root))
             log.debug("Delta writes warmed up in %.1f s", time.monotonic() - started)
-            self._tables = DeltaTables(self.spark, self.app_id)
+            self._tables = DeltaTables(self.spark, self.app_id, self.settings.deletion_vectors)
             retried = not self._checkpoints_reported  # commit() may be retried: idempotent Delta txns
             self._table_writer = TableWriter(
                 self.spark, self._tables, self.root, self.app_id, self.settings, txn=retried
@@ -178,7 +178,9 @@ class DeltaSink:
             background = self._checkpoints_reported and settings.changelog and settings.merge_interval_s > 0
             background = background and self._keeps_mirrors
             spark = self.spark.newSession() if background else self.spark  # its own conf (commit tags)
-            tables_ = DeltaTables(spark, self.app_id) if background else self._tables
+            tables_ = self._tables
+            if background:
+                tables_ = DeltaTables(spark, self.app_id, settings.deletion_vectors)
             writer = MirrorWriter(spark, tables_, self.app_id)
             self._keeper = MirrorKeeper(spark, writer, self.root, self.settings, background)
             logged = {ref.table for ref in tables if ref.kind == "changelog"}

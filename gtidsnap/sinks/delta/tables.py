@@ -35,13 +35,16 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CHECKPOINT_INTERVAL = 50  # commits between Delta checkpoints (Delta's default, 10, costs 4-8 CPU-s each)
 
 
-def table_properties(key: Sequence[str], mirror: bool) -> dict[str, str]:
+def table_properties(key: Sequence[str], mirror: bool, deletion_vectors: bool = True) -> dict[str, str]:
     """Properties a table is created with: file statistics on the columns writes and reads filter by
     (the key, ``_seq``, the mirror's ``_op``) instead of the first 32 (text and JSON included), fewer
-    Delta checkpoints, and the mirror's Change Data Feed."""
+    Delta checkpoints, the mirror's Change Data Feed, and its deletion vectors (a MERGE then marks the
+    rows it replaces instead of rewriting every file they are in: its cost follows the changed rows,
+    not the mirror's size)."""
     properties = {"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)}
     if mirror:
         properties["delta.enableChangeDataFeed"] = "true"
+        properties["delta.enableDeletionVectors"] = "true" if deletion_vectors else "false"
     stats = [*key, "_seq", *(["_op"] if mirror else [])]
     if all(_PLAIN_NAME.fullmatch(name) for name in stats):  # other names: Delta's default statistics
         properties["delta.dataSkippingStatsColumns"] = ",".join(stats)
@@ -86,9 +89,10 @@ class Shape:
 class DeltaTables:
     """The Delta tables of one sink: its SparkSession, its app id, what it knows of their schemas."""
 
-    def __init__(self, spark: SparkSession, app_id: str) -> None:
+    def __init__(self, spark: SparkSession, app_id: str, deletion_vectors: bool = True) -> None:
         self.spark = spark
         self.app_id = app_id
+        self.deletion_vectors = deletion_vectors  # on the mirrors it creates
         self._delta_schemas: dict[str, T.StructType] = {}
         self._delta_keys: dict[str, list[str] | None] = {}
         self.created: set[str] = set()  # the tables this instance created (empty before this run)
@@ -116,7 +120,7 @@ class DeltaTables:
                 .property(KEY_PROPERTY, json.dumps(key))
                 .property(SOURCE_PROPERTY, str(table))
             )
-            for name, value in table_properties(key, cdf).items():
+            for name, value in table_properties(key, cdf, self.deletion_vectors).items():
                 builder = builder.property(name, value)
             builder.execute()
             crash_point("delta-after-create")
