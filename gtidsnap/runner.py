@@ -73,8 +73,10 @@ def build_engine(
     surrogate_keys = dict(config.surrogate_keys)
     schemas = SchemaCache(lambda table: replica.schema(table, surrogate_keys.get(table)))
     interval = config.checkpoint_interval_s
+    snapshot_interval = None
     if config.sink.type == "delta":  # a Delta commit is a Spark job per table: batch at least batch_ms
         interval = max(interval, config.sink.batch_ms / 1000)
+        snapshot_interval = max(interval, config.sink.snapshot_batch_ms / 1000)
     engine = Engine(
         replica,
         open_stream,
@@ -85,6 +87,7 @@ def build_engine(
             chunk_delay_s=config.snapshot.chunk_delay_s,
             checkpoint_interval_s=interval,
             batch_rows=config.sink.batch_rows,
+            snapshot_interval_s=snapshot_interval,
         ),
         captured=config.tables,
         surrogate_keys=surrogate_keys,

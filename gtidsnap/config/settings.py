@@ -213,6 +213,13 @@ class SinkSettings(_Section):
     )
     batch_rows: int = Field(default=100_000, ge=1, description="delta: most records per commit")
     batch_ms: int = Field(default=1000, ge=0, description="delta: a batch commits after this many ms")
+    snapshot_batch_ms: int = Field(
+        default=5000,
+        ge=0,
+        description="delta: while a snapshot is read, a batch commits after this many ms (or batch_rows): "
+        "each commit costs the JVM about 0.5 CPU-s that the reading needs; streamed changes reach the "
+        "changelog up to this much later meanwhile",
+    )
     spark_master: str = Field(
         default="local[2]",
         min_length=1,

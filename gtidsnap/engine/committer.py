@@ -101,10 +101,14 @@ class Commits:
         if isinstance(self.sink, SealingSink):
             self._background = BackgroundCommitter()
 
-    def due(self, settings: EngineSettings) -> bool:
+    def due(self, settings: EngineSettings, snapshotting: bool = False) -> bool:
+        """Is a commit due (``snapshotting``: a snapshot is being read, its own interval applies)?"""
         busy = self._background is not None and self._background.busy
         since = time.monotonic() - self._last_at
-        return commit_due(self.uncommitted, settings.batch_rows, busy, since, settings.checkpoint_interval_s)
+        interval = settings.checkpoint_interval_s
+        if snapshotting and settings.snapshot_interval_s is not None:
+            interval = settings.snapshot_interval_s
+        return commit_due(self.uncommitted, settings.batch_rows, busy, since, interval)
 
     def commit(self, state: Checkpoint) -> None:
         if self._background is not None and isinstance(self.sink, SealingSink):

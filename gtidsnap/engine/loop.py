@@ -10,13 +10,13 @@ Each emitted record gets the next sequence number. Output and checkpoint advance
 commit, then checkpoint) and only at transaction boundaries, so a kill -9 anywhere resumes from the
 last checkpoint with no loss and no duplicate in the output.
 
-Threads: the loop owns the windows, the snapshot context, the sink's current batch and the sequence
-numbers. A sink that can seal (Delta) hands each batch to one background committer thread
-(:mod:`gtidsnap.engine.committer`), which owns it until its commit and the checkpoint saved right
-after; the loop waits for it before sealing the next one. Other threads (CLI, signal consumer) only
-put commands (:mod:`gtidsnap.core.commands`) on :attr:`Engine.commands`. What the loop does next is
-chosen by :func:`gtidsnap.engine.loop_step.next_step` from plain facts; the planner answers with what
-became of each chunk as plain data; the engine applies those answers to its state.
+Threads: the loop owns the windows, the snapshot context, the sink's current batch and the sequence numbers.
+A sink that can seal (Delta) hands each batch to one background committer thread
+(:mod:`gtidsnap.engine.committer`), which owns it until its commit and the checkpoint saved right after; the
+loop waits for it before sealing the next one. Other threads (CLI, signal consumer) only put commands
+(:mod:`gtidsnap.core.commands`) on :attr:`Engine.commands`. What the loop does next is chosen by
+:func:`gtidsnap.engine.loop_step.next_step` from plain facts; the planner answers with what became of each
+chunk as plain data; the engine applies those answers to its state.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class Engine:
                 self._drain_commands()
                 if self._stop:
                     break
-                if not self._in_tx and self._commits.due(self.settings):
+                if not self._in_tx and self._commits.due(self.settings, self._snapshotting()):
                     self._commit()  # also between chunks: a snapshot of an idle source never reads the stream
                 if not self._in_tx:
                     self._emit(chunks.collect())  # finished reads go out between transactions
@@ -211,7 +211,7 @@ class Engine:
                 if event is not None:
                     self._on_event(event)
                     self._rest_of_transaction(lambda: pump.next(0.1))
-                if not self._in_tx and self._commits.due(self.settings):
+                if not self._in_tx and self._commits.due(self.settings, self._snapshotting()):
                     self._commit()
             if not self._in_tx:
                 if isinstance(self.sink, DrainingSink):
@@ -237,6 +237,10 @@ class Engine:
             if event is None:
                 return
             self._on_event(event)
+
+    def _snapshotting(self) -> bool:  # chunks out, or tables waiting and not paused
+        busy = self._chunks is not None and self._chunks.busy
+        return busy or (bool(self.context.pending()) and not self.context.paused)
 
     def _facts(self, until_caught_up: bool) -> LoopFacts:
         """What :func:`gtidsnap.engine.loop_step.next_step` chooses from."""
@@ -377,8 +381,7 @@ class Engine:
     def _records_of_chunk(self, chunk: ChunkOut) -> list[Emitted]:
         """A chunk goes out: its surviving rows as records; the table's progress moves past its range
         (done if it was the last). ``chunk.key_columns``: the key of the shape the rows were read with
-        (the stream's pump forgets shapes at a DDL before this thread reaches it; a renamed table has
-        none to read)."""
+        (the pump forgets shapes at a DDL before this thread reaches it; a renamed table has none)."""
         progress = self._progress_of(chunk.table)
         table, rows = chunk.table, chunk.rows
         records = snapshot_output(table, rows, chunk.key_columns, self.seq, progress.fresh, int(time.time()))

@@ -27,6 +27,7 @@ class EngineSettings:
     chunk_delay_s: float = DEFAULTS["snapshot"]["chunk_delay_ms"] / 1000
     checkpoint_interval_s: float = DEFAULTS["checkpoint"]["interval_s"]
     batch_rows: int = DEFAULTS["sink"]["batch_rows"]  # records per sink commit
+    snapshot_interval_s: float | None = None  # between commits while a snapshot is read (None: the same)
 
     def tuned(self, command: SetChunkSize | SetChunkDelay) -> EngineSettings:
         if isinstance(command, SetChunkDelay):

@@ -634,7 +634,11 @@ def test_kill_9_in_the_deferred_write_path(
             for _ in range(RUNS_PER_STEP):
                 # short batches: a restarted run catches up in several, so a crash can come after a
                 # checkpointed one whose changes still wait for their MERGE (mirrors update apart)
-                code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash, GTIDSNAP_SINK_BATCH_MS="200")
+                code, log = cli.run(
+                    GTIDSNAP_TEST_CRASH_AT=crash,
+                    GTIDSNAP_SINK_BATCH_MS="200",
+                    GTIDSNAP_SINK_SNAPSHOT_BATCH_MS="200",
+                )
                 caught_up += len(CAUGHT_UP.findall(log))
                 if code == -signal.SIGKILL:
                     landed.append(crash)

@@ -695,6 +695,7 @@ def test_end_to_end_every_type_concurrent_writers_and_add_column(
         with Replica(config.source) as replica:
             engine = build_engine(config, replica, spark_factory=lambda: spark)
             assert engine.settings.checkpoint_interval_s == 4.0, "Delta batches at least batch_ms"
+            assert engine.settings.snapshot_interval_s == 5.0, "and snapshot_batch_ms while snapshotting"
             engine.run(snapshot=snapshot, until_caught_up=True)
 
     writers = (Writer(pair, db, ["a"], seed=5, transactions=150).start(), TypesWriter(pair, db).start())

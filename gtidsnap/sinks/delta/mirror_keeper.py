@@ -224,9 +224,10 @@ class MirrorKeeper:
                 entry = self._entries.get(table)
                 if entry is None:
                     entry = self._entries[table] = MirrorEntry(MirrorState(), handed.shape, handed.plan)
-                    if handed.created:  # it holds only what this run merges: every key merged is held
+                    if handed.created:  # it holds only what this run writes: every key it merges is held
                         entry.state.held_known = True
                         entry.state.held = _no_keys(handed)
+                        entry.state.held_is_all = True  # until staged rows go in
                 entry.shape, entry.plan = handed.shape, handed.plan
                 for rows in handed.waiting:
                     entry.state.wait(rows)
@@ -312,7 +313,12 @@ class MirrorKeeper:
             state.applied = []
             self._in_flight = []
         if done.appended or done.merged:
-            log.info("%s: %d staged rows appended, %d rows merged", mirror, done.appended, done.merged)
+            log.info(
+                "%s: %d rows appended (staged, and changes of keys it cannot hold), %d merged",
+                mirror,
+                done.appended,
+                done.merged,
+            )
 
 
 def _no_keys(of: Handover | MirrorEntry) -> pa.Table:

@@ -15,10 +15,14 @@ The rule (``plan`` below, plain data, property-tested against a mirror that merg
    restart over a mirror with streamed rows, or too many keys); the others are MERGEd, newest ``_seq``
    winning, a folded delete included.
 3. When the merge is due, the other waiting changes (newest per key) are MERGEd too; their keys join
-   ``held``.
+   ``held``. While ``held`` names every key the mirror holds (``held_is_all``: a mirror created by
+   this run, before any update appended staged rows), a change whose key it does not name is
+   APPENDed instead (a delete: dropped), since the mirror cannot hold the key; the first update with
+   staged rows ends that (their keys are not kept).
 
 Appending a row is what the MERGE would do with it (an insert), which is what makes it safe; it spares
-reading and rewriting the mirror's files, so a snapshot goes in at the speed of Spark's append.
+reading and rewriting the mirror's files, so a snapshot goes in at the speed of Spark's append, and
+the changes made during it whose keys its chunks had passed go in with it rather than by a MERGE.
 """
 
 from __future__ import annotations
@@ -42,12 +46,13 @@ class Row:
 
 @dataclass(frozen=True)
 class Update:
-    """What one update writes: rows to APPEND, rows to MERGE (one a key), and the waiting changes
-    left for a later merge."""
+    """What one update writes: rows to APPEND, rows to MERGE (one a key), the waiting changes left for
+    a later merge, and whether ``held`` still names every key of the mirror afterwards."""
 
     append: tuple[Row, ...]
     merge: tuple[Row, ...]
     waiting: tuple[Row, ...]
+    held_is_all: bool = False
 
 
 def newest(changes: Sequence[Row]) -> dict[Key, Row]:
@@ -60,8 +65,15 @@ def newest(changes: Sequence[Row]) -> dict[Key, Row]:
     return out
 
 
-def plan(staged: Sequence[Row], waiting: Sequence[Row], held: set[Key] | None, merge_due: bool) -> Update:
-    """The update of one mirror (see the module docstring); ``held`` gains the keys merged."""
+def plan(
+    staged: Sequence[Row],
+    waiting: Sequence[Row],
+    held: set[Key] | None,
+    merge_due: bool,
+    held_is_all: bool = False,
+) -> Update:
+    """The update of one mirror (see the module docstring); ``held`` gains the keys merged or appended
+    from the changes."""
     latest = newest(waiting)
     staged_keys = {row.key for row in staged}
     append: list[Row] = []
@@ -77,13 +89,17 @@ def plan(staged: Sequence[Row], waiting: Sequence[Row], held: set[Key] | None, m
             merge.append(row)
     merge = sorted(newest(merge).values(), key=lambda r: r.seq)  # two snapshots' rows of one key
     left = [c for c in waiting if c.key not in staged_keys]
+    all_held = held is not None and held_is_all
     if merge_due:
-        merged = sorted(newest(left).values(), key=lambda c: c.seq)
-        merge += merged
+        due = sorted(newest(left).values(), key=lambda c: c.seq)
+        if held is not None and all_held:  # a key the mirror cannot hold: appended (a delete: nothing)
+            append += [c for c in due if c.key not in held and c.op != "d"]
+            due = [c for c in due if c.key in held]
+        merge += due
         if held is not None:
-            held.update(c.key for c in merged)
+            held.update(c.key for c in newest(left).values())
         left = []
-    return Update(tuple(append), tuple(merge), tuple(left))
+    return Update(tuple(append), tuple(merge), tuple(left), all_held and not staged)
 
 
 @dataclass(frozen=True)

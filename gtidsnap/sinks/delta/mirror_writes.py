@@ -53,6 +53,7 @@ class MirrorState:
     staged: list[StagedFile] = field(default_factory=list)
     held: pa.Table | None = None
     held_known: bool = False
+    held_is_all: bool = False  # ``held`` names every key the mirror holds (see mirror_update)
     top_seq: int = -1  # the greatest _seq of a change given to the changelog
     staged_seq: int = -1  # staged rows up to this _seq are in the mirror
     applied: list[StagedFile] = field(default_factory=list)  # to delete once no checkpoint names them
@@ -64,6 +65,7 @@ class MirrorState:
             list(self.staged),
             self.held,
             self.held_known,
+            self.held_is_all,
             self.top_seq,
             self.staged_seq,
             list(self.applied),
@@ -127,6 +129,7 @@ class MirrorWriter:
         key = list(key)
         waiting = _concat(state.waiting) if state.waiting else None
         appended = merged = 0
+        appends: list[DataFrame] = []  # what this update APPENDs, in one commit
         merge_parts: list[DataFrame] = []
         merge_keys: list[pa.Table] = []  # the keys of the MERGE's source (when it is small)
         pruned = True
@@ -148,22 +151,30 @@ class MirrorWriter:
                     append = append.join(hits_frame, on=key, how="left_anti")
                     merge_parts.append(frame.join(hits_frame, on=key, how="left_semi"))
                     merge_keys.append(hits)
-                state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
-                meta = self._meta(batch, state, waiting, SNAPSHOT_APP, background)
-                self.tables.append_frame(path, append, batch, self.app_id + SNAPSHOT_APP, meta, txn)
+                appends.append(append)
                 appended = sum(f.rows for f in staged)
             else:
                 merge_parts.append(_newest_in_spark(frame, key) if len(staged) > 1 else frame)
                 pruned = False
-                state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
+            state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
             state.applied.extend(staged)
             state.staged = []
+        unmerged = waiting  # what the APPEND's commit says the mirror does not hold yet
         if merge_due and waiting is not None and waiting.num_rows:
             changes = newest_per_key(waiting, key)
-            merge_parts.append(self.spark.createDataFrame(changes, schema=spark_schema(plan)))
-            merge_keys.append(key_rows(changes, key))
+            keys = key_rows(changes, key)
+            if state.held is not None and state.held_is_all:  # keys the mirror cannot hold: appended
+                new = matching(changes, state.held, key, keep=False)
+                changes = matching(changes, state.held, key, keep=True)
+                inserts = new.filter(pc.not_equal(new.column("_op"), "d"))
+                if inserts.num_rows:
+                    appends.append(self.spark.createDataFrame(inserts, schema=spark_schema(plan)))
+                    appended += inserts.num_rows
+            if changes.num_rows:
+                merge_parts.append(self.spark.createDataFrame(changes, schema=spark_schema(plan)))
+                merge_keys.append(key_rows(changes, key))
             if state.held is not None:
-                state.held = key_rows(_concat([state.held, key_rows(changes, key)]), key)
+                state.held = key_rows(_concat([state.held, keys]), key)
                 if state.held.num_rows > HELD_KEYS_CAP:
                     log.info(
                         "%s: over %d keys merged; its staged rows are merged from now on", path, HELD_KEYS_CAP
@@ -173,6 +184,14 @@ class MirrorWriter:
         state.waiting = [waiting] if waiting is not None and waiting.num_rows else []
         if not state.waiting:
             state.waiting_since = None
+        if appends:
+            source = appends[0]
+            for part in appends[1:]:
+                source = source.unionByName(part)
+            meta = self._meta(batch, state, unmerged, SNAPSHOT_APP, background)
+            self.tables.append_frame(path, source, batch, self.app_id + SNAPSHOT_APP, meta, txn)
+        if staged:  # the keys of staged rows are not kept
+            state.held_is_all = False
         if merge_parts:
             source = merge_parts[0]
             for part in merge_parts[1:]:
@@ -183,7 +202,7 @@ class MirrorWriter:
             meta = self._meta(batch, state, None, "", background)
             self.tables.merge_frame(path, source, condition, batch, meta, txn)
             merged = sum(t.num_rows for t in merge_keys)
-        if appended or merge_parts:
+        if appends or merge_parts:
             crash_point("delta-after-mirror")
         return UpdateResult(appended, merged)
 

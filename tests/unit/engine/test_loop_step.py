@@ -59,6 +59,24 @@ def test_commit_due_by_rows_even_while_a_commit_runs_otherwise_by_time() -> None
     assert not commit_due(1, 100, committer_busy=False, since_commit_s=0.5, interval_s=1.0)
 
 
+def test_while_a_snapshot_is_read_commits_come_at_their_own_interval() -> None:
+    from gtidsnap.engine.committer import Commits
+
+    commits = Commits(sink=object(), store=object())  # type: ignore[arg-type]
+    commits.uncommitted = 10
+    commits._last_at -= 2.0  # the last commit 2 s ago
+    settings = EngineSettings(checkpoint_interval_s=1.0, snapshot_interval_s=5.0)
+    assert commits.due(settings) and not commits.due(settings, snapshotting=True)
+    commits._last_at -= 3.0
+    assert commits.due(settings, snapshotting=True)
+    commits.uncommitted = settings.batch_rows  # a full batch commits at once either way
+    commits._last_at += 5.0
+    assert commits.due(settings, snapshotting=True)
+    commits.uncommitted, commits._last_at = 10, commits._last_at - 2.0
+    assert commits.due(EngineSettings(checkpoint_interval_s=1.0), snapshotting=True), "no own interval"
+    assert EngineSettings().snapshot_interval_s is None, "the same interval unless told"
+
+
 def test_tuning_the_chunk_size_and_delay() -> None:
     settings = EngineSettings()
     assert settings.tuned(SetChunkSize(10)).chunk_size == 10

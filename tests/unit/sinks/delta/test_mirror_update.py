@@ -43,6 +43,8 @@ def world(rnd: random.Random, steps: int, unknown_held: bool) -> None:
     staged: list[Row] = []
     mirror: Mirror = {}
     held: set[Key] | None = None if unknown_held else set()
+    held_is_all = held is not None and rnd.random() < 0.7  # a mirror this run created
+    fresh = rnd.random() < 0.8  # the table's first snapshot into this output (else merged)
     cursor = -1  # the snapshot's progress: keys <= cursor were read
 
     def emit(row: Row, to: list[Row]) -> None:
@@ -50,8 +52,11 @@ def world(rnd: random.Random, steps: int, unknown_held: bool) -> None:
         to.append(row)
 
     def update(merge_due: bool) -> None:
-        nonlocal staged, waiting
-        done = plan(staged, waiting, held, merge_due)
+        nonlocal staged, waiting, held_is_all
+        if held is not None and held_is_all:
+            assert set(mirror) <= held | {r.key for r in staged}, "held names every key of the mirror"
+        done = plan(staged, waiting, held, merge_due, held_is_all)
+        held_is_all = done.held_is_all
         for row in done.append:
             assert row.key not in mirror, f"an APPEND met key {row.key} in the mirror"
             if row.op != "d":
@@ -67,7 +72,7 @@ def world(rnd: random.Random, steps: int, unknown_held: bool) -> None:
             if ahead:
                 key = ahead[0]
                 cursor = key
-                emit(Row(key, seq, "r", table[key], fresh=True), staged)
+                emit(Row(key, seq, "r", table[key], fresh=fresh), staged)
                 continue
             cursor = 40
         if move < 0.6 and table:
@@ -127,10 +132,30 @@ def test_a_staged_row_whose_key_was_merged_is_merged_and_unknown_keys_merge_ever
         [Row(9, 11, "r", "s", fresh=True), Row(4, 12, "r", "t", fresh=True)], [], {9}, merge_due=False
     )
     assert [r.key for r in done.append] == [4] and [r.key for r in done.merge] == [9]
+    assert not done.held_is_all, "not said: staged rows appended before may hold any key"
     done = plan([Row(4, 12, "r", "t", fresh=True)], [], None, merge_due=False)
     assert done.append == () and [r.key for r in done.merge] == [4]
     done = plan([Row(4, 12, "r", "t", fresh=False)], [], set(), merge_due=False)
     assert done.append == () and [r.key for r in done.merge] == [4]
+
+
+def test_while_held_names_every_key_changes_of_other_keys_are_appended() -> None:
+    held: set[Key] = {5}
+    waiting = [
+        Row(5, 3, "u", "e"),
+        Row(6, 4, "c", "f"),
+        Row(6, 5, "u", "F"),
+        Row(7, 6, "d"),
+        Row(1, 7, "u", "x"),
+    ]
+    done = plan([Row(1, 2, "r", "a", fresh=True)], waiting, held, merge_due=True, held_is_all=True)
+    assert done.append == (Row(1, 7, "u", "x", True), Row(6, 5, "u", "F")), "folded; a new key appended"
+    assert done.merge == (Row(5, 3, "u", "e"),), "a key the mirror may hold is merged; 7's delete dropped"
+    assert held == {5, 6, 7} and not done.held_is_all, "staged rows went in: their keys are not kept"
+    done = plan([], [Row(8, 9, "c", "h")], held, merge_due=True, held_is_all=True)
+    assert done.append == (Row(8, 9, "c", "h"),) and done.merge == () and done.held_is_all and 8 in held
+    done = plan([], [Row(9, 10, "c", "i")], held, merge_due=True, held_is_all=False)
+    assert done.append == () and done.merge == (Row(9, 10, "c", "i"),)
 
 
 def test_merge_policy() -> None:
