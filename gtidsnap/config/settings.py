@@ -218,7 +218,7 @@ class SinkSettings(_Section):
         ge=0,
         description="delta: while a snapshot is read, a batch commits after this many ms (or batch_rows): "
         "each commit costs the JVM about 0.5 CPU-s that the reading needs; streamed changes reach the "
-        "changelog up to this much later meanwhile",
+        "changelog up to this much later meanwhile (never less than batch_ms)",
     )
     spark_master: str = Field(
         default="local[2]",

@@ -95,7 +95,8 @@ class MirrorKeeper:
         self.background = background
         interval = settings.merge_interval_s if settings.changelog else 0.0
         self.policy = MergePolicy(interval_s=interval, max_rows=settings.merge_rows)
-        self.quiet_s = max(2.0, 3 * settings.batch_ms / 1000)  # no staged file this long: append them
+        # no staged file this long: the snapshot is done (its batches come every snapshot_batch_ms)
+        self.quiet_s = max(2.0, 3 * settings.batch_ms / 1000, 1.5 * settings.snapshot_batch_ms / 1000)
         self._entries: dict[TableId, MirrorEntry] = {}
         self._handed: dict[int, dict[TableId, Handover]] = {}  # by batch, until its checkpoint is saved
         self._checkpointed = 0  # the newest batch whose checkpoint is saved

@@ -16,9 +16,10 @@ The rule (``plan`` below, plain data, property-tested against a mirror that merg
    winning, a folded delete included.
 3. When the merge is due, the other waiting changes (newest per key) are MERGEd too; their keys join
    ``held``. While ``held`` names every key the mirror holds (``held_is_all``: a mirror created by
-   this run, before any update appended staged rows), a change whose key it does not name is
-   APPENDed instead (a delete: dropped), since the mirror cannot hold the key; the first update with
-   staged rows ends that (their keys are not kept).
+   this run, before any staged rows went in), the first update with staged rows APPENDs the due
+   changes of keys ``held`` does not name instead (a delete: dropped), since the mirror cannot hold
+   them: the rows inserted behind a snapshot's chunks go in with it. (Only then: a mirror that only
+   streams is MERGEd, and ``held`` stays small.)
 
 Appending a row is what the MERGE would do with it (an insert), which is what makes it safe; it spares
 reading and rewriting the mirror's files, so a snapshot goes in at the speed of Spark's append, and
@@ -92,7 +93,7 @@ def plan(
     all_held = held is not None and held_is_all
     if merge_due:
         due = sorted(newest(left).values(), key=lambda c: c.seq)
-        if held is not None and all_held:  # a key the mirror cannot hold: appended (a delete: nothing)
+        if held is not None and all_held and staged:  # a key it cannot hold: appended (a delete: nothing)
             append += [c for c in due if c.key not in held and c.op != "d"]
             due = [c for c in due if c.key in held]
         merge += due

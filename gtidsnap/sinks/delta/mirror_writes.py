@@ -143,27 +143,22 @@ class MirrorWriter:
                 waiting = matching(waiting, staged_keys, key, keep=False)
                 if folded.num_rows:
                     frame = self._fold(frame, folded, key, plan)
-            if state.held is not None and all(f.fresh for f in staged):
-                hits = matching(staged_keys, state.held, key, keep=True)
-                append = frame.where(F.col("_op") != "d")
-                if hits.num_rows:
-                    hits_frame = F.broadcast(self.spark.createDataFrame(hits))
-                    append = append.join(hits_frame, on=key, how="left_anti")
-                    merge_parts.append(frame.join(hits_frame, on=key, how="left_semi"))
-                    merge_keys.append(hits)
-                appends.append(append)
+            hits = None if state.held is None else matching(staged_keys, state.held, key, keep=True)
+            if hits is not None and not hits.num_rows and all(f.fresh for f in staged):
+                appends.append(frame.where(F.col("_op") != "d"))
                 appended = sum(f.rows for f in staged)
-            else:
+            else:  # all merged, so one commit holds them (an APPEND before a MERGE of some of them
+                # would say the staged rows are in while the MERGE's were not yet)
                 merge_parts.append(_newest_in_spark(frame, key) if len(staged) > 1 else frame)
                 pruned = False
             state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
             state.applied.extend(staged)
             state.staged = []
-        unmerged = waiting  # what the APPEND's commit says the mirror does not hold yet
+        unmerged = waiting  # what the APPEND's commit says the mirror does not hold yet, a MERGE following
         if merge_due and waiting is not None and waiting.num_rows:
             changes = newest_per_key(waiting, key)
             keys = key_rows(changes, key)
-            if state.held is not None and state.held_is_all:  # keys the mirror cannot hold: appended
+            if appends and state.held is not None and state.held_is_all:  # keys it cannot hold: appended
                 new = matching(changes, state.held, key, keep=False)
                 changes = matching(changes, state.held, key, keep=True)
                 inserts = new.filter(pc.not_equal(new.column("_op"), "d"))
@@ -188,7 +183,7 @@ class MirrorWriter:
             source = appends[0]
             for part in appends[1:]:
                 source = source.unionByName(part)
-            meta = self._meta(batch, state, unmerged, SNAPSHOT_APP, background)
+            meta = self._meta(batch, state, unmerged if merge_parts else None, SNAPSHOT_APP, background)
             self.tables.append_frame(path, source, batch, self.app_id + SNAPSHOT_APP, meta, txn)
         if staged:  # the keys of staged rows are not kept
             state.held_is_all = False

@@ -42,6 +42,7 @@ def test_while_snapshot_rows_come_only_large_appends() -> None:
     assert k._due(entry(0, 10, 60, staged_ago_s=0.5)) == (False, False), "just appended: no MERGE"
     assert k._due(entry(0, 500, 1, staged_ago_s=0.5)) == (True, False), "too many changes held"
     assert k._due(entry(10, 500, 1, staged_ago_s=0.5)) == (True, True), "they fold into the staged rows"
+    assert k._due(entry(10, 10, 60, staged_ago_s=5)) == (False, False), "snapshot batches come every 5 s"
 
 
 def test_after_the_snapshot_the_merge_policy_rules() -> None:

@@ -153,7 +153,8 @@ def test_while_held_names_every_key_changes_of_other_keys_are_appended() -> None
     assert done.merge == (Row(5, 3, "u", "e"),), "a key the mirror may hold is merged; 7's delete dropped"
     assert held == {5, 6, 7} and not done.held_is_all, "staged rows went in: their keys are not kept"
     done = plan([], [Row(8, 9, "c", "h")], held, merge_due=True, held_is_all=True)
-    assert done.append == (Row(8, 9, "c", "h"),) and done.merge == () and done.held_is_all and 8 in held
+    assert done.append == () and done.merge == (Row(8, 9, "c", "h"),), "no staged rows: merged"
+    assert done.held_is_all and 8 in held
     done = plan([], [Row(9, 10, "c", "i")], held, merge_due=True, held_is_all=False)
     assert done.append == () and done.merge == (Row(9, 10, "c", "i"),)
 
