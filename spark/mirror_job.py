@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = job_spark_session(args.master, "gtidsnap-mirror-job")
         while True:
             started = time.monotonic()
-            deletion_vectors = config.sink.deletion_vectors if config else True
+            deletion_vectors = config.sink.deletion_vectors if config else False
             passes = merge_mirrors(spark, root, committed_batch(checkpoint), deletion_vectors)
             written = [p for p in passes if p.how != "nothing"]
             print(

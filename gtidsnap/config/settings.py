@@ -254,10 +254,10 @@ class SinkSettings(_Section):
         default=100_000, ge=1, description="delta: the mirror MERGEs as soon as this many changes wait"
     )
     deletion_vectors: bool = Field(
-        default=True,
-        description="delta: mirrors are created with deletion vectors (a MERGE costs what it changes, "
-        "not the table's size; readers need Delta reader version 3: Spark with Delta 2.3+, delta-rs, "
-        "Trino); false for older readers",
+        default=False,
+        description="delta: mirrors are created with deletion vectors: a MERGE of changes spread over a "
+        "large mirror then costs what it changes, not the files it touches (a JVM's first such MERGE "
+        "costs seconds more; readers need Delta's deletionVectors feature: Delta 2.3+, delta-rs, Trino)",
     )
     mirror: Annotated[MirrorKeeper, BeforeValidator(_lower)] = Field(
         default="gtidsnap",

@@ -530,6 +530,9 @@ def crash_cli(
             "GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20",
             "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100",
             "GTIDSNAP_SINK_MERGE_INTERVAL_S": merge_interval_s,
+            # batches as often during the snapshot as after it: the steps count on a snapshot that
+            # spans batches (the interval only decides when a batch is sealed, not what it writes)
+            "GTIDSNAP_SINK_SNAPSHOT_BATCH_MS": "1000",
             **(
                 {"GTIDSNAP_SINK_CHANGELOG_SNAPSHOT_ROWS": changelog_snapshot_rows}
                 if changelog_snapshot_rows

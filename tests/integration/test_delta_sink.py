@@ -260,8 +260,9 @@ def test_merge_rules_idempotent_retry_cdf_changelog_and_schema_changes(
 def test_mirror_merges_mark_replaced_rows_with_deletion_vectors(
     spark: SparkSession, tmp_path: Path, deletion_vectors: bool
 ) -> None:
-    """By default a mirror has deletion vectors: a MERGE that changes two rows of a 200-row file marks
-    them and writes the two new rows, copying none of the others (without, it rewrites the file)."""
+    """With ``sink.deletion_vectors`` a mirror has deletion vectors: a MERGE that changes two rows of a
+    200-row file marks them and writes the two new rows, copying none of the others (without, the
+    default, it rewrites the file)."""
     from delta.tables import DeltaTable
 
     sink = make_sink(spark, tmp_path, deletion_vectors=deletion_vectors)

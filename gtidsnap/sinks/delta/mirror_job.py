@@ -89,10 +89,10 @@ def mirror_watermark(spark: SparkSession, mirror: str) -> int | None:
 
 
 def merge_mirrors(
-    spark: SparkSession, root: str, committed_batch: int | None, deletion_vectors: bool = True
+    spark: SparkSession, root: str, committed_batch: int | None, deletion_vectors: bool = False
 ) -> list[MirrorPass]:
     """One pass over every changelog under ``root``, up to gtidsnap's checkpointed batch (a mirror it
-    creates has deletion vectors unless told not to, as the sink's ``deletion_vectors``)."""
+    creates has deletion vectors when told, as the sink's ``deletion_vectors``)."""
     if committed_batch is None:
         return []  # gtidsnap has not checkpointed any batch: nothing in the changelogs is final
     return [
@@ -103,7 +103,7 @@ def merge_mirrors(
 
 
 def merge_mirror(
-    spark: SparkSession, root: str, table: TableId, committed_batch: int, deletion_vectors: bool = True
+    spark: SparkSession, root: str, table: TableId, committed_batch: int, deletion_vectors: bool = False
 ) -> MirrorPass:
     """Bring one mirror up to its changelog as far as gtidsnap has checkpointed it."""
     from delta.tables import DeltaTable

@@ -35,7 +35,7 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CHECKPOINT_INTERVAL = 50  # commits between Delta checkpoints (Delta's default, 10, costs 4-8 CPU-s each)
 
 
-def table_properties(key: Sequence[str], mirror: bool, deletion_vectors: bool = True) -> dict[str, str]:
+def table_properties(key: Sequence[str], mirror: bool, deletion_vectors: bool = False) -> dict[str, str]:
     """Properties a table is created with: file statistics on the columns writes and reads filter by
     (the key, ``_seq``, the mirror's ``_op``) instead of the first 32 (text and JSON included), fewer
     Delta checkpoints, the mirror's Change Data Feed, and its deletion vectors (a MERGE then marks the
@@ -89,7 +89,7 @@ class Shape:
 class DeltaTables:
     """The Delta tables of one sink: its SparkSession, its app id, what it knows of their schemas."""
 
-    def __init__(self, spark: SparkSession, app_id: str, deletion_vectors: bool = True) -> None:
+    def __init__(self, spark: SparkSession, app_id: str, deletion_vectors: bool = False) -> None:
         self.spark = spark
         self.app_id = app_id
         self.deletion_vectors = deletion_vectors  # on the mirrors it creates
