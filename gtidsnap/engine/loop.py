@@ -10,13 +10,13 @@ Each emitted record gets the next sequence number. Output and checkpoint advance
 commit, then checkpoint) and only at transaction boundaries, so a kill -9 anywhere resumes from the
 last checkpoint with no loss and no duplicate in the output.
 
-Threads: the loop owns the windows, the snapshot context, the sink's current batch and the sequence numbers.
-A sink that can seal (Delta) hands each batch to one background committer thread
-(:mod:`gtidsnap.engine.committer`), which owns it until its commit and the checkpoint saved right after; the
-loop waits for it before sealing the next one. Other threads (CLI, signal consumer) only put commands
-(:mod:`gtidsnap.core.commands`) on :attr:`Engine.commands`. What the loop does next is chosen by
-:func:`gtidsnap.engine.loop_step.next_step` from plain facts; the planner answers with what became of each
-chunk as plain data; the engine applies those answers to its state.
+Threads: the loop owns the windows, the snapshot context, the sink's current batch and the sequence
+numbers. A sink that can seal (Delta) hands each batch to one background committer thread
+(:mod:`gtidsnap.engine.committer`), which owns it until its commit and the checkpoint saved right
+after; the loop waits for it before sealing the next one. Other threads (CLI, signal consumer) only
+put commands (:mod:`gtidsnap.core.commands`) on :attr:`Engine.commands`. What the loop does next is
+chosen by :func:`gtidsnap.engine.loop_step.next_step` from plain facts; the planner answers with what
+became of each chunk as plain data; the engine applies those answers to its state.
 """
 
 from __future__ import annotations

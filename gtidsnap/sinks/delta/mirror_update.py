@@ -93,12 +93,15 @@ def plan(
     all_held = held is not None and held_is_all
     if merge_due:
         due = sorted(newest(left).values(), key=lambda c: c.seq)
-        if held is not None and all_held and staged:  # a key it cannot hold: appended (a delete: nothing)
-            append += [c for c in due if c.key not in held and c.op != "d"]
-            due = [c for c in due if c.key in held]
-        merge += due
         if held is not None:
-            held.update(c.key for c in newest(left).values())
+            if all_held and staged:  # a key it cannot hold: appended (a delete: nothing)
+                append += [c for c in due if c.key not in held and c.op != "d"]
+                merge += [c for c in due if c.key in held]
+            else:
+                merge += due
+            held.update(c.key for c in due)
+        else:
+            merge += due
         left = []
     return Update(tuple(append), tuple(merge), tuple(left), all_held and not staged)
 
