@@ -54,7 +54,7 @@ from gtidsnap.core.ports import (
     StreamFactory,
     StreamPort,
 )
-from gtidsnap.core.records import Emitted, Record, change_record, emitted_rows, snapshot_output
+from gtidsnap.core.records import Emitted, Record, change_record, snapshot_output
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
@@ -130,11 +130,11 @@ class Engine:
         if isinstance(self.sink, CheckpointedSink):
             self.sink.report_checkpoints()
         if checkpoint is None:
+            self.sink.open(None)  # first: what the replica executes while an output opens is not backlog
             self.processed = self.replica.executed()
             self.seq = 1
             self.context = SnapshotContext()
             self.signals = SignalLedger()
-            self.sink.open(None)
             log.info("first run: streaming from the replica's executed set %s", self.processed)
             self._commit()  # so a crash before the first commit resumes from here, not later
         else:
@@ -363,9 +363,7 @@ class Engine:
                 self.context = self._finish(failed)
         if records:
             self.sink.write(records)
-            count = emitted_rows(records)
-            self._commits.uncommitted += count
-            self.stats.records += count
+            self.stats.records += self._commits.count(records)
 
     def _unfresh(self, tables: Iterable[TableId]) -> None:
         """A DDL of a table being snapshotted may change its key order (a collation, a type): the
