@@ -159,6 +159,18 @@ def matching(rows: pa.Table, keys: pa.Table, key: Sequence[str], keep: bool) -> 
     return rows.take(pc.take(chosen, pc.sort_indices(chosen)))
 
 
+def newer_than(changes: pa.Table, rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The rows of ``changes`` (one a key) with a higher ``_seq`` than every row of their key in
+    ``rows`` (keys and ``_seq``), in their order; a key ``rows`` lacks is not kept."""
+    if changes.num_rows == 0 or rows.num_rows == 0:
+        return changes.slice(0, 0)
+    held = rows.group_by(list(key)).aggregate([(SEQ, "max")])
+    at = _positions(changes, key).join(held, keys=list(key), join_type="inner")
+    at = at.filter(pc.greater(at.column(SEQ), at.column(f"{SEQ}_max")))
+    chosen = at.column(_AT)
+    return changes.take(pc.take(chosen, pc.sort_indices(chosen)))
+
+
 def key_rows(rows: pa.Table, key: Sequence[str]) -> pa.Table:
     """The distinct keys of ``rows``."""
     return rows.select(list(key)).group_by(list(key)).aggregate([])

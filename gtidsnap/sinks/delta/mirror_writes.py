@@ -25,7 +25,7 @@ from gtidsnap.core.model import quote_ident
 from gtidsnap.sinks.arrow_columns import POSITION
 from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, MIRROR_UPDATE, STAGED_SEQ
-from gtidsnap.sinks.delta.change_rows import SEQ, key_rows, matching, newest_per_key
+from gtidsnap.sinks.delta.change_rows import SEQ, key_rows, matching, newer_than, newest_per_key
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables
@@ -38,7 +38,6 @@ log = logging.getLogger("gtidsnap.sinks.delta")
 
 SNAPSHOT_APP = ":snapshot"  # the txn app id suffix of the APPENDs of staged rows (a second per batch)
 HELD_KEYS_CAP = 1_000_000  # keys merged kept per table; beyond, its staged rows are merged
-_FOLD = "_gtidsnap_c_"  # prefix of a folded change's columns in the join
 
 
 @dataclass
@@ -135,14 +134,14 @@ class MirrorWriter:
         pruned = True
         staged = state.staged
         if staged:
-            staged_keys = key_rows(_concat([_keys_of(f, key) for f in staged]), key)
+            staged_seqs = _concat([_keys_of(f, key) for f in staged])
+            staged_keys = key_rows(staged_seqs, key)
             frame = staged_frame(self.spark, staged, plan, changelog=False)
             if waiting is not None:
-                latest = newest_per_key(waiting, key)
-                folded = matching(latest, staged_keys, key, keep=True)
+                newer = newer_than(newest_per_key(waiting, key), staged_seqs, key)
                 waiting = matching(waiting, staged_keys, key, keep=False)
-                if folded.num_rows:
-                    frame = self._fold(frame, folded, key, plan)
+                if newer.num_rows:
+                    frame = self._fold(frame, newer, key, plan)
             hits = None if state.held is None else matching(staged_keys, state.held, key, keep=True)
             if hits is not None and not hits.num_rows and all(f.fresh for f in staged):
                 appends.append(frame.where(F.col("_op") != "d"))
@@ -219,34 +218,28 @@ class MirrorWriter:
             STAGED_SEQ: state.staged_seq,
         }
 
-    def _fold(self, frame: DataFrame, changes: pa.Table, key: Sequence[str], plan: ColumnPlan) -> DataFrame:
-        """Each staged row replaced by its key's newest change when that is newer (a delete stays a
-        ``d`` row: where the mirror cannot hold the key it is dropped, elsewhere MERGEd)."""
-        names = [f.name for f in spark_schema(plan).fields]
-        folded = self.spark.createDataFrame(changes, schema=spark_schema(plan)).select(
-            *[F.col(quote_ident(n)).alias(_FOLD + n) for n in names]
-        )
-        on = [F.col(quote_ident(k)) == F.col(quote_ident(_FOLD + k)) for k in key]
-        joined = frame.join(F.broadcast(folded), on=on, how="left")
-        newer = F.col(quote_ident(_FOLD + "_seq")).isNotNull() & (
-            F.col(quote_ident(_FOLD + "_seq")) > F.col("_seq")
-        )
-        return joined.select(
-            *[
-                F.when(newer, F.col(quote_ident(_FOLD + n))).otherwise(F.col(quote_ident(n))).alias(n)
-                for n in names
-            ]
-        )
+    def _fold(self, frame: DataFrame, newer: pa.Table, key: Sequence[str], plan: ColumnPlan) -> DataFrame:
+        """The staged rows of a key with a ``newer`` change (newer than all of them) replaced by that
+        change (a delete stays a ``d`` row: where the mirror cannot hold the key it is dropped,
+        elsewhere MERGEd): an anti-join on the keys alone, so Spark never joins the rows' columns."""
+        changes = self.spark.createDataFrame(newer, schema=spark_schema(plan))
+        changed = F.broadcast(changes.select(*[F.col(quote_ident(k)) for k in key]))
+        return frame.join(changed, on=list(key), how="left_anti").unionByName(changes)
 
 
 def _keys_of(staged: StagedFile, key: Sequence[str]) -> pa.Table:
-    """The key columns of a staged file's rows (of a split: the positions its window kept)."""
+    """The key columns and ``_seq`` of a staged file's rows (of a split: the positions its window
+    kept, numbered in order from its ``first_seq``)."""
     if not staged.split:
-        return pq.read_table(staged.path, columns=list(key))
+        return pq.read_table(staged.path, columns=[*key, SEQ])
     rows = pq.read_table(staged.path, columns=[*key, POSITION])
     if staged.kept is not None:
-        rows = rows.filter(pc.is_in(rows.column(POSITION), pa.array(staged.kept, pa.int64())))
-    return rows.select(list(key))
+        kept = pa.array(staged.kept, pa.int64())
+        rows = rows.filter(pc.is_in(rows.column(POSITION), kept))
+        seqs = pc.add(pc.index_in(rows.column(POSITION), kept).cast(pa.int64()), staged.first_seq)
+    else:
+        seqs = pc.add(rows.column(POSITION), pa.scalar(staged.first_seq, pa.int64()))
+    return rows.select(list(key)).append_column(SEQ, seqs)
 
 
 def staged_frame(
