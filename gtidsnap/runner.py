@@ -88,6 +88,7 @@ def build_engine(
             checkpoint_interval_s=interval,
             batch_rows=config.sink.batch_rows,
             snapshot_interval_s=snapshot_interval,
+            snapshot_batch_rows=config.sink.snapshot_batch_rows if config.sink.type == "delta" else None,
         ),
         captured=config.tables,
         surrogate_keys=surrogate_keys,

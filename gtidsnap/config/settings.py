@@ -213,6 +213,13 @@ class SinkSettings(_Section):
     )
     batch_rows: int = Field(default=100_000, ge=1, description="delta: most records per commit")
     batch_ms: int = Field(default=1000, ge=0, description="delta: a batch commits after this many ms")
+    snapshot_batch_rows: int = Field(
+        default=300_000,
+        ge=1,
+        description="delta: most snapshot rows in a commit (held as Arrow columns until it, ~100 B a "
+        "row): a commit costs the JVM a Spark job that the reading needs, so they are sized apart "
+        "from batch_rows, which bounds the other records (Python objects, ~1 KB each)",
+    )
     snapshot_batch_ms: int = Field(
         default=5000,
         ge=0,

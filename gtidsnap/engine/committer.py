@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.ports import CheckpointedSink, CheckpointPort, SealingSink, Sink
+from gtidsnap.core.records import Emitted, Record, emitted_rows
 from gtidsnap.engine.loop_step import EngineSettings, commit_due
 
 
@@ -94,6 +95,7 @@ class Commits:
         self.sink, self.store = sink, store
         self._saved = sink.checkpointed if isinstance(sink, CheckpointedSink) else None
         self.uncommitted = 0  # records (and signals) written since the last commit
+        self.chunk_rows = 0  # rows of chunks (read as columns or lines) written since the last commit
         self._last_at = time.monotonic()
         self._background: BackgroundCommitter | None = None
 
@@ -101,14 +103,29 @@ class Commits:
         if isinstance(self.sink, SealingSink):
             self._background = BackgroundCommitter()
 
+    def count(self, records: Sequence[Emitted]) -> int:
+        """Count what the engine just wrote to the sink; how many records it holds (a row each)."""
+        rows = emitted_rows(records)
+        changes = sum(1 for r in records if isinstance(r, Record))
+        self.uncommitted += changes
+        self.chunk_rows += rows - changes
+        return rows
+
     def due(self, settings: EngineSettings, snapshotting: bool = False) -> bool:
-        """Is a commit due (``snapshotting``: a snapshot is being read, its own interval applies)?"""
+        """Is a commit due (``snapshotting``: a snapshot is being read, its own interval applies)?
+        Rows of read chunks (compact: columns or encoded lines) count toward ``snapshot_batch_rows``
+        where it is set, other records toward ``batch_rows``."""
         busy = self._background is not None and self._background.busy
         since = time.monotonic() - self._last_at
         interval = settings.checkpoint_interval_s
         if snapshotting and settings.snapshot_interval_s is not None:
             interval = settings.snapshot_interval_s
-        return commit_due(self.uncommitted, settings.batch_rows, busy, since, interval)
+        records = self.uncommitted
+        if settings.snapshot_batch_rows is None:
+            records += self.chunk_rows
+        elif self.chunk_rows >= settings.snapshot_batch_rows:
+            return True
+        return commit_due(records, settings.batch_rows, busy, since, interval)
 
     def commit(self, state: Checkpoint) -> None:
         if self._background is not None and isinstance(self.sink, SealingSink):
@@ -117,7 +134,7 @@ class Commits:
             self._background.submit(lambda: commit_then_save(job, state, self.store, self._saved))
         else:
             commit_then_save(self.sink.commit, state, self.store, self._saved)
-        self.uncommitted = 0
+        self.uncommitted = self.chunk_rows = 0
         self._last_at = time.monotonic()
 
     def check(self) -> None:

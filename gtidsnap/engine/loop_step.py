@@ -28,6 +28,7 @@ class EngineSettings:
     checkpoint_interval_s: float = DEFAULTS["checkpoint"]["interval_s"]
     batch_rows: int = DEFAULTS["sink"]["batch_rows"]  # records per sink commit
     snapshot_interval_s: float | None = None  # between commits while a snapshot is read (None: the same)
+    snapshot_batch_rows: int | None = None  # rows of read chunks per commit (None: counted as records)
 
     def tuned(self, command: SetChunkSize | SetChunkDelay) -> EngineSettings:
         if isinstance(command, SetChunkDelay):

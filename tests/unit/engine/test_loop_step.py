@@ -77,6 +77,29 @@ def test_while_a_snapshot_is_read_commits_come_at_their_own_interval() -> None:
     assert EngineSettings().snapshot_interval_s is None, "the same interval unless told"
 
 
+def test_rows_of_read_chunks_count_toward_their_own_batch_size_where_one_is_set() -> None:
+    import pyarrow as pa
+
+    from gtidsnap.core.model import TableId
+    from gtidsnap.core.records import SnapshotColumns
+    from gtidsnap.engine.committer import Commits
+    from gtidsnap.sinks.arrow_columns import ArrowRows
+
+    chunk = SnapshotColumns(
+        TableId("d", "t"), ArrowRows(pa.record_batch({"id": pa.array(range(60), pa.int64())})), 1, 0, True
+    )
+    commits = Commits(sink=object(), store=object())  # type: ignore[arg-type]
+    assert commits.count([chunk]) == 60 and (commits.uncommitted, commits.chunk_rows) == (0, 60)
+    apart = EngineSettings(checkpoint_interval_s=9.0, batch_rows=50, snapshot_batch_rows=100)
+    together = EngineSettings(checkpoint_interval_s=9.0, batch_rows=50)
+    assert not commits.due(apart, snapshotting=True), "60 rows of chunks: under snapshot_batch_rows"
+    assert commits.due(together, snapshotting=True), "counted as records: over batch_rows"
+    commits.count([chunk])
+    assert commits.due(apart, snapshotting=True), "120 rows of chunks"
+    commits.uncommitted, commits.chunk_rows = 50, 0
+    assert commits.due(apart), "other records still count toward batch_rows"
+
+
 def test_tuning_the_chunk_size_and_delay() -> None:
     settings = EngineSettings()
     assert settings.tuned(SetChunkSize(10)).chunk_size == 10
