@@ -105,8 +105,12 @@ def _default_conf(jars: list[Path]) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
         # The JIT: every Spark query generates new classes, which C2 would compile again and again
-        # (measured: C2 took ~0.5 of a core through a snapshot); C1 code is good enough here.
-        "spark.driver.extraJavaOptions": os.environ.get("GTIDSNAP_JVM_OPTS", "-XX:TieredStopAtLevel=1"),
+        # (measured: C2 took ~0.5 of a core through a snapshot); C1 code is good enough here. The
+        # parallel collector: G1's concurrent marking cost the JVM ~2 of its ~7 CPU-s while a 1M-row
+        # snapshot was read (bench part a), and nobody waits on a batch's pause.
+        "spark.driver.extraJavaOptions": os.environ.get(
+            "GTIDSNAP_JVM_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
+        ),
         # Large Arrow batches: Spark cuts an Arrow table into one partition (and file) per batch.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "250000",
         # The mirrors' updates run beside the batches (sinks/delta/mirror_keeper.py): share the cores
