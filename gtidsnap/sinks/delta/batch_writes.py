@@ -19,7 +19,7 @@ from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.arrow_columns import StagedRows
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.change_rows import record_rows, snapshot_rows
+from gtidsnap.sinks.delta.change_rows import plan_schema, record_rows, snapshot_rows
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
 from gtidsnap.sinks.delta.mirror_keeper import Handover
@@ -81,13 +81,14 @@ class TableWriter:
         try:
             if self.keeps_mirrors:  # created (or widened) first: a changelog never lacks its mirror
                 handover = self._mirror_handover(table, part)
+            logged = None  # the streamed records' changelog rows, built once
             if self.settings.changelog:
-                self._append_changelog(table, shape, streamed, snapshot, part.chunks, batch)
+                logged = self._append_changelog(table, shape, streamed, snapshot, part.chunks, batch)
             if not self.keeps_mirrors:
                 return None
             plan = handover.plan
             if streamed:
-                handover.waiting.append(record_rows(table, part.schema, plan, streamed, changelog=False))
+                handover.waiting.append(_mirror_rows(table, part.schema, plan, streamed, logged))
             for fresh in (True, False):
                 rows = [r for r in snapshot if r.fresh is fresh]
                 chunks = [c for c in part.chunks if c.fresh is fresh and not isinstance(c.rows, StagedRows)]
@@ -116,11 +117,12 @@ class TableWriter:
         snapshot: Sequence[Record],
         chunks: Sequence[SnapshotColumns],
         batch: int,
-    ) -> None:
+    ) -> pa.Table | None:
+        """Appends the batch's changelog rows; the streamed records' rows (None: none)."""
         path = changelog_path(self.root, table)
         logs_snapshot = self.logs_snapshot_rows
         if not streamed and not (logs_snapshot and (snapshot or chunks)):
-            return
+            return None
         plan = self.tables.prepare(table, path, shape, delta_types.CHANGELOG_META, cdf=False)
         parts = [record_rows(table, shape.schema, plan, streamed, changelog=True)] if streamed else []
         splits = [c for c in chunks if isinstance(c.rows, StagedRows)] if logs_snapshot else []
@@ -144,12 +146,13 @@ class TableWriter:
                 frame = frame.unionByName(self.spark.createDataFrame(rows, schema=schema))
             self.tables.append_frame(path, frame, batch, self.app_id, meta, self.txn)
             crash_point("delta-after-changelog")
-            return
+            return parts[0] if streamed else None
         if not parts:
-            return
+            return None
         rows = pa.concat_tables(parts).sort_by("_seq") if len(parts) > 1 else parts[0]
         self.tables.append_arrow(path, rows, schema, batch, meta, self.txn)
         crash_point("delta-after-changelog")
+        return parts[0] if streamed else None
 
     def _stage(
         self,
@@ -170,6 +173,18 @@ class TableWriter:
         staged = staging.write_staged(self.root, table, name, rows, fresh)
         crash_point("delta-after-staging")
         return staged
+
+
+def _mirror_rows(
+    table: TableId, schema: TableSchema, plan: ColumnPlan, streamed: Sequence[Record], logged: pa.Table | None
+) -> pa.Table:
+    """The streamed records as the mirror's rows: their changelog rows without ``_snapshot`` where the
+    two tables have the same columns (the rows are built once a batch, not twice), else built again."""
+    if logged is not None:
+        rows = logged.drop_columns(["_snapshot"])
+        if rows.schema.equals(plan_schema(plan, changelog=False)):
+            return rows
+    return record_rows(table, schema, plan, streamed, changelog=False)
 
 
 def changelog_schema(plan: ColumnPlan, changelog: bool) -> Any:
