@@ -692,16 +692,22 @@ def test_end_to_end_every_type_concurrent_writers_and_add_column(
     )
     config = dataclasses.replace(config, sink=sink)
 
-    def run(snapshot: list[TableId]) -> None:
+    writers: list[Writer | TypesWriter] = []
+
+    def start_writers(engine: object) -> None:  # once the run has read where it streams from
+        writers.extend(
+            (Writer(pair, db, ["a"], seed=5, transactions=150).start(), TypesWriter(pair, db).start())
+        )
+
+    def run(snapshot: list[TableId], on_started: Callable[[Any], None] | None = None) -> None:
         with Replica(config.source) as replica:
-            engine = build_engine(config, replica, spark_factory=lambda: spark)
+            engine = build_engine(config, replica, on_started=on_started, spark_factory=lambda: spark)
             assert engine.settings.checkpoint_interval_s == 4.0, "Delta batches at least batch_ms"
             assert engine.settings.snapshot_interval_s == 5.0, "and snapshot_batch_ms while snapshotting"
             assert engine.settings.snapshot_batch_rows == 300_000, "rows of chunks counted apart"
             engine.run(snapshot=snapshot, until_caught_up=True)
 
-    writers = (Writer(pair, db, ["a"], seed=5, transactions=150).start(), TypesWriter(pair, db).start())
-    run(tables)
+    run(tables, start_writers)
     for w in writers:
         w.join()
     run([])  # catch up with what the writers did after the first run stopped
