@@ -128,6 +128,26 @@ def snapshot_rows(plan: ColumnPlan, chunks: Sequence[SnapshotColumns], changelog
     return pa.concat_tables(parts) if parts else target.empty_table()
 
 
+def conformed(rows: pa.Table, plan: ColumnPlan, changelog: bool) -> pa.Table:
+    """``rows`` built with an earlier plan of their table as rows of ``plan``: its columns in its order,
+    a column they lack NULL, a widened one cast (changes wait for a mirror across batches, and a
+    column can be added or widened in between)."""
+    target = plan_schema(plan, changelog)
+    if rows.schema.equals(target):
+        return rows
+    arrays = []
+    for field in target:
+        if field.name not in rows.column_names:
+            arrays.append(pa.nulls(rows.num_rows, field.type))
+            continue
+        column = rows.column(field.name)
+        try:
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SinkError(f"column {field.name}: {exc}") from exc
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
 def _positions(rows: pa.Table, key: Sequence[str]) -> pa.Table:
     """The key columns and ``_seq`` of ``rows`` with each row's position: what joins work on (Arrow's
     joins take no list column, and need not carry the rows)."""

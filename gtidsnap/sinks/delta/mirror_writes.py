@@ -25,7 +25,7 @@ from gtidsnap.core.model import quote_ident
 from gtidsnap.sinks.arrow_columns import POSITION
 from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, MIRROR_UPDATE, STAGED_SEQ
-from gtidsnap.sinks.delta.change_rows import SEQ, key_rows, matching, newer_than, newest_per_key
+from gtidsnap.sinks.delta.change_rows import SEQ, conformed, key_rows, matching, newer_than, newest_per_key
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables
@@ -126,7 +126,7 @@ class MirrorWriter:
         their watermarks say what the mirror holds."""
         txn = not background
         key = list(key)
-        waiting = _concat(state.waiting) if state.waiting else None
+        waiting = conformed(_concat(state.waiting), plan, changelog=False) if state.waiting else None
         appended = merged = 0
         appends: list[DataFrame] = []  # what this update APPENDs, in one commit
         merge_parts: list[DataFrame] = []

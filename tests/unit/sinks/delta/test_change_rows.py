@@ -18,9 +18,11 @@ from gtidsnap.core.records import Record, SnapshotColumns
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.arrow_columns import ArrowRenderer, ArrowRows
 from gtidsnap.sinks.delta.change_rows import (
+    conformed,
     matching,
     newer_than,
     newest_per_key,
+    plan_schema,
     record_rows,
     snapshot_rows,
 )
@@ -160,6 +162,7 @@ def test_the_fold_by_key_anti_join_is_the_fold_row_by_row(staged: list, changes:
     an anti-join on the keys, that change added) ends where folding each staged row with its key's
     newest change, then keeping the newest row of each key, ends (mirror_update's rule)."""
     key = ["k1", "k2"]
+    changes = [c for c in changes if c[2] not in {r[2] for r in staged}]  # a _seq is one record's
     latest: dict[tuple[int, str], tuple] = {}  # type: ignore[type-arg]
     for c in changes:
         if (c[0], c[1]) not in latest or c[2] >= latest[(c[0], c[1])][2]:
@@ -183,6 +186,28 @@ def test_the_fold_by_key_anti_join_is_the_fold_row_by_row(staged: list, changes:
     assert all(
         n["_seq"] > max(r[2] for r in staged if (r[0], r[1]) == (n["k1"], n["k2"])) for n in newer.to_pylist()
     )
+
+
+def test_changes_of_an_earlier_plan_conform_to_the_current_one() -> None:
+    """Changes wait for a mirror across batches; a column added (or widened) in between is NULL (or
+    cast) in the earlier ones, in the current plan's order."""
+    earlier = ColumnPlan(
+        (PlannedColumn("id", T.IntegerType(), ID), PlannedColumn("name", T.StringType(), NAME)), {}
+    )
+    rows = record_rows(T_ID, SCHEMA, earlier, [record("c", 7, None, {"id": 1, "name": "x"})], changelog=False)
+    got = conformed(rows, PLAN, changelog=False)
+    assert got.schema.equals(plan_schema(PLAN, changelog=False))
+    assert got.to_pylist()[0] | {"_source_ts": None} == {
+        "id": 1,
+        "name": "x",
+        "tags": None,
+        "gone": None,
+        "_op": "c",
+        "_seq": 7,
+        "_gtid": "0-1-7",
+        "_source_ts": None,
+    }
+    assert conformed(got, PLAN, changelog=False) is got
 
 
 def test_arrow_rows_taken_by_position() -> None:
