@@ -102,18 +102,7 @@ def snapshot_rows(plan: ColumnPlan, chunks: Sequence[SnapshotColumns], changelog
                 f"snapshot rows of {chunk.table} are not Arrow columns: {type(chunk.rows).__name__}"
             )
         batch, n = chunk.rows.batch, len(chunk.rows)
-        arrays = []
-        for column in plan.columns:
-            wanted = delta_types.arrow_type(column.data_type)
-            index = batch.schema.get_field_index(column.name)
-            if index < 0:
-                arrays.append(pa.nulls(n, wanted))
-                continue
-            array = batch.column(index)
-            try:
-                arrays.append(array if array.type == wanted else array.cast(wanted))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SinkError(f"column {column.name} of {chunk.table}: {exc}") from exc
+        arrays = _columns_as(batch, list(target)[: len(plan.columns)], f" of {chunk.table}")
         arrays += [
             pa.array(["r"] * n, pa.string()),
             pa.array(range(chunk.first_seq, chunk.first_seq + n), pa.int64()),
@@ -135,17 +124,24 @@ def conformed(rows: pa.Table, plan: ColumnPlan, changelog: bool) -> pa.Table:
     target = plan_schema(plan, changelog)
     if rows.schema.equals(target):
         return rows
-    arrays = []
-    for field in target:
-        if field.name not in rows.column_names:
+    return pa.Table.from_arrays(_columns_as(rows, list(target), ""), schema=target)
+
+
+def _columns_as(rows: pa.Table | pa.RecordBatch, fields: Sequence[pa.Field], where: str) -> list[Any]:
+    """The columns of ``rows`` named by ``fields``, each cast to its field's type (a widened column) or
+    NULL (a column the rows lack)."""
+    arrays: list[Any] = []
+    for field in fields:
+        index = rows.schema.get_field_index(field.name)
+        if index < 0:
             arrays.append(pa.nulls(rows.num_rows, field.type))
             continue
-        column = rows.column(field.name)
+        column = rows.column(index)
         try:
             arrays.append(column if column.type == field.type else column.cast(field.type))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise SinkError(f"column {field.name}: {exc}") from exc
-    return pa.Table.from_arrays(arrays, schema=target)
+            raise SinkError(f"column {field.name}{where}: {exc}") from exc
+    return arrays
 
 
 def _positions(rows: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -179,13 +175,17 @@ def matching(rows: pa.Table, keys: pa.Table, key: Sequence[str], keep: bool) -> 
     return rows.take(pc.take(chosen, pc.sort_indices(chosen)))
 
 
-def newer_than(changes: pa.Table, rows: pa.Table, key: Sequence[str]) -> pa.Table:
-    """The rows of ``changes`` (one a key) with a higher ``_seq`` than every row of their key in
-    ``rows`` (keys and ``_seq``), in their order; a key ``rows`` lacks is not kept."""
-    if changes.num_rows == 0 or rows.num_rows == 0:
+def top_seqs(rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """Each key of ``rows`` (keys and ``_seq``) once, with its highest ``_seq`` (as ``_seq_max``)."""
+    return rows.group_by(list(key)).aggregate([(SEQ, "max")])
+
+
+def newer_than(changes: pa.Table, tops: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The rows of ``changes`` (one a key) with a higher ``_seq`` than their key's in ``tops``
+    (:func:`top_seqs`), in their order; a key ``tops`` lacks is not kept."""
+    if changes.num_rows == 0 or tops.num_rows == 0:
         return changes.slice(0, 0)
-    held = rows.group_by(list(key)).aggregate([(SEQ, "max")])
-    at = _positions(changes, key).join(held, keys=list(key), join_type="inner")
+    at = _positions(changes, key).join(tops, keys=list(key), join_type="inner")
     at = at.filter(pc.greater(at.column(SEQ), at.column(f"{SEQ}_max")))
     chosen = at.column(_AT)
     return changes.take(pc.take(chosen, pc.sort_indices(chosen)))

@@ -25,7 +25,15 @@ from gtidsnap.core.model import quote_ident
 from gtidsnap.sinks.arrow_columns import POSITION
 from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, MIRROR_UPDATE, STAGED_SEQ
-from gtidsnap.sinks.delta.change_rows import SEQ, conformed, key_rows, matching, newer_than, newest_per_key
+from gtidsnap.sinks.delta.change_rows import (
+    SEQ,
+    conformed,
+    key_rows,
+    matching,
+    newer_than,
+    newest_per_key,
+    top_seqs,
+)
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables
@@ -134,11 +142,11 @@ class MirrorWriter:
         pruned = True
         staged = state.staged
         if staged:
-            staged_seqs = _concat([_keys_of(f, key) for f in staged])
-            staged_keys = key_rows(staged_seqs, key)
+            staged_tops = top_seqs(_concat([_keys_of(f, key) for f in staged]), key)
+            staged_keys = staged_tops.select(list(key))
             frame = staged_frame(self.spark, staged, plan, changelog=False)
             if waiting is not None:
-                newer = newer_than(newest_per_key(waiting, key), staged_seqs, key)
+                newer = newer_than(newest_per_key(waiting, key), staged_tops, key)
                 waiting = matching(waiting, staged_keys, key, keep=False)
                 if newer.num_rows:
                     frame = self._fold(frame, newer, key, plan)

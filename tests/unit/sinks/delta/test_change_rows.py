@@ -25,6 +25,7 @@ from gtidsnap.sinks.delta.change_rows import (
     plan_schema,
     record_rows,
     snapshot_rows,
+    top_seqs,
 )
 from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
 
@@ -174,7 +175,9 @@ def test_the_fold_by_key_anti_join_is_the_fold_row_by_row(staged: list, changes:
         if (row[0], row[1]) not in by_row or row[2] > by_row[(row[0], row[1])][2]:
             by_row[(row[0], row[1])] = row
     rows = table_of(staged)
-    newer = newer_than(newest_per_key(table_of(changes), key), rows.select([*key, "_seq"]), key)
+    newer = newer_than(
+        newest_per_key(table_of(changes), key), top_seqs(rows.select([*key, "_seq"]), key), key
+    )
     kept = matching(rows, newer, key, keep=False)
     folded = pa.concat_tables([kept, newer]).to_pylist()
     by_key: dict[tuple[int, str], tuple] = {}  # type: ignore[type-arg]
