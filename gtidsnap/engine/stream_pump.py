@@ -165,6 +165,8 @@ class StreamPump:
                 if batch:
                     self._put(batch)
                 batch = []
+            if batch:  # stopped inside a transaction: what was read goes back too, or it would be lost
+                self._put(batch)
         except BaseException as exc:  # handed to the consumer, whatever it is, after what came before
             if batch:
                 self._put(batch)
