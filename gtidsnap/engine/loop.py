@@ -39,7 +39,7 @@ from gtidsnap.core.commands import (
     StartSnapshot,
     StopSnapshot,
 )
-from gtidsnap.core.errors import SchemaError, stored_reason
+from gtidsnap.core.errors import SchemaError, SourceError, stored_reason
 from gtidsnap.core.gtid import GtidSet
 from gtidsnap.core.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
 from gtidsnap.core.plan import SnapshotContext, TableProgress
@@ -337,6 +337,8 @@ class Engine:
     # ------------------------------------------------------------------ events and outputs
     def _on_event(self, event: BinlogEvent) -> None:
         assert self._chunks is not None
+        if isinstance(event, TxCommit) and not self._in_tx:  # events of it were lost: never silently
+            raise SourceError(f"the binlog stream handed the commit of {event.gtid} without its start")
         self._emit(self._chunks.feed(event))
         if isinstance(event, TxBegin):
             self._in_tx = True

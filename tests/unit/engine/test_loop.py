@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtidsnap.core.commands import SetChunkSize, SignalReceived, StartSnapshot
-from gtidsnap.core.errors import CheckpointError, QueryError, SchemaError
-from gtidsnap.core.gtid import GtidSet
-from gtidsnap.core.model import RowChange, TableId
+from gtidsnap.core.errors import CheckpointError, QueryError, SchemaError, SourceError
+from gtidsnap.core.gtid import GtidSet, parse_gtid_set
+from gtidsnap.core.model import BinlogEvent, RowChange, TableId, TxBegin, TxCommit
 from gtidsnap.core.plan import SnapshotContext
 from gtidsnap.core.ports import ChunkRead
 from gtidsnap.core.schema import TableSchema
@@ -339,6 +339,46 @@ def test_a_change_goes_out_with_the_key_it_was_decoded_with(tmp_path: Path) -> N
     engine.run(until_caught_up=True)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records and all(r["key"] == [(r["after"] or r["before"])["id"]] for r in records), records
+
+
+class LosingStream(FakeStream):
+    """The world's binlog with the events before the first transaction's commit lost (what a pump
+    stopped mid-transaction once did)."""
+
+    lost: TxBegin | None = None
+
+    def next(self) -> BinlogEvent | None:
+        event = super().next()
+        if isinstance(event, TxBegin) and self.lost is None:
+            self.lost = event
+            while not isinstance(event, TxCommit):
+                event = super().next()
+        return event
+
+
+def test_a_commit_without_its_start_stops_the_run_before_it_goes_out(tmp_path: Path) -> None:
+    """Lost events are never passed over silently: the checkpoint stays before the transaction, so
+    the run that follows reads it again from the binlog."""
+    world = World(random.Random(3), rows=4, writes=6)
+    store = CheckpointStore(tmp_path / "c.json")
+    streams: list[LosingStream] = []
+
+    def stream(start: GtidSet, schema_of: Any) -> LosingStream:
+        streams.append(LosingStream(world, start))
+        return streams[-1]
+
+    engine = Engine(
+        FakeReplica(world),
+        stream,
+        JsonlSink(tmp_path / "o.jsonl"),
+        store,
+        captured=[T],
+    )
+    with pytest.raises(SourceError, match="without its start"):
+        engine.run(until_caught_up=True)
+    lost = streams[0].lost
+    assert lost is not None
+    assert lost.gtid not in parse_gtid_set("mysql", json.loads(store.path.read_text())["processed"])
 
 
 def test_a_checkpoint_the_replica_cannot_continue_is_refused_before_any_output(tmp_path: Path) -> None:
