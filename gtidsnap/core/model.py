@@ -28,6 +28,10 @@ class ColumnarRows(Protocol):
 
     def __len__(self) -> int: ...
     def taken(self, positions: Sequence[int]) -> ColumnarRows: ...
+    def seq_span(self) -> int:
+        """How many ``_seq`` numbers the rows take: one a row, unless rows a window dropped keep
+        theirs (a staged split, numbered by position)."""
+        ...
 
 
 ReadRows = tuple[ChunkRow, ...] | ColumnarRows

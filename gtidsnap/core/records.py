@@ -195,6 +195,11 @@ def _body_encoder(key_columns: tuple[str, ...]) -> Callable[[Row], bytes]:
     return lambda row: b'"key":%b,"before":null,"after":%b' % (dumps(many(row)), dumps(row))
 
 
+def seq_span(rows: ReadRows) -> int:
+    """How many ``_seq`` numbers a chunk's rows take (:meth:`ColumnarRows.seq_span`)."""
+    return len(rows) if isinstance(rows, tuple) else rows.seq_span()
+
+
 def snapshot_output(
     table: TableId,
     rows: ReadRows,

@@ -54,7 +54,7 @@ from gtidsnap.core.ports import (
     StreamFactory,
     StreamPort,
 )
-from gtidsnap.core.records import Emitted, Record, change_record, snapshot_output
+from gtidsnap.core.records import Emitted, Record, change_record, seq_span, snapshot_output
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
@@ -385,7 +385,7 @@ class Engine:
         progress = self._progress_of(chunk.table)
         table, rows = chunk.table, chunk.rows
         records = snapshot_output(table, rows, chunk.key_columns, self.seq, progress.fresh, int(time.time()))
-        self.seq += len(rows)
+        self.seq += seq_span(rows)
         progress = progress.chunk_read(chunk.upto, len(rows))
         if rows:
             self.context = self.context.emitted(table)

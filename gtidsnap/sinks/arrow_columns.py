@@ -290,6 +290,9 @@ class ArrowRows:
     def taken(self, positions: Sequence[int]) -> ArrowRows:
         return ArrowRows(self.batch.take(pa.array(positions, type=pa.int32())))
 
+    def seq_span(self) -> int:
+        return len(self)
+
 
 class ArrowRenderer:
     """What a chunk reader makes of its chunk for a Delta output: the keys (for the window) and the
@@ -319,18 +322,37 @@ POSITION = "_gtidsnap_pos"  # a staged split's row positions, so a window's kept
 class StagedRows:
     """A chunk's rows in a Parquet file its reader wrote (a Spark executor, say), not in this process:
     what crosses is the file's path, its row count and, once a window dropped some, the positions it
-    kept (None: all). The Delta sink appends the file by Spark, the kept positions numbered in order."""
+    dropped (ascending; a few where a window's keys changed). The rows are numbered by position: the
+    chunk takes as many ``_seq`` numbers as the file has rows, a dropped row's number unused, so the
+    Delta sink appends the file by Spark with the dropped positions filtered out and nothing else."""
 
     path: str
     rows: int
-    kept: tuple[int, ...] | None = None
+    dropped: tuple[int, ...] = ()
 
     def __len__(self) -> int:
-        return self.rows if self.kept is None else len(self.kept)
+        return self.rows - len(self.dropped)
 
     def taken(self, positions: Sequence[int]) -> StagedRows:
-        base = range(self.rows) if self.kept is None else self.kept
-        return StagedRows(self.path, self.rows, tuple(base[p] for p in positions))
+        """The rows at ``positions`` (ascending indexes among the rows kept so far), the rest dropped."""
+        gone = set(self.dropped)
+        kept = [p for p in range(self.rows) if p not in gone]
+        now = {kept[i] for i in positions}
+        return StagedRows(self.path, self.rows, tuple(p for p in range(self.rows) if p not in now))
+
+    def seq_span(self) -> int:
+        return self.rows
+
+
+def kept_numbers(positions: pa.Array | pa.ChunkedArray, dropped: Sequence[int], first: int) -> pa.Array:
+    """The numbers of the kept rows at ``positions`` (none of them dropped), counted in position order
+    from ``first``: the position less the dropped positions below it (how splits staged before
+    2026-11-27 were numbered, with no number left unused)."""
+    import numpy as np
+
+    at = np.asarray(positions, dtype=np.int64)
+    below = np.searchsorted(np.asarray(dropped, dtype=np.int64), at, side="left")
+    return pa.array(at - below + first, pa.int64())
 
 
 @dataclass(frozen=True)

@@ -827,3 +827,52 @@ def test_mirror_job_merges_only_checkpointed_changelog_batches(spark: SparkSessi
     )
     assert [r[0] for r in read(spark, changelog, "_seq")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     replay.close()
+
+
+def test_staged_splits_go_in_without_the_rows_their_windows_dropped(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Splits staged by remote readers go in together (one scan) with the positions their windows
+    dropped left out, each row numbered its split's ``first_seq`` + its position, whether none, a few
+    or many were dropped; a split from an older checkpoint keeps its kept rows numbered in order, and
+    rows past a split's positions never go in. The driver's own reading of the keys agrees."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import types as T
+
+    from gtidsnap.sinks.arrow_columns import POSITION
+    from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
+    from gtidsnap.sinks.delta.mirror_writes import _keys_of, staged_frame
+    from gtidsnap.sinks.delta.staging import StagedFile
+
+    plan = ColumnPlan((PlannedColumn("id", T.LongType(), Column("id", "bigint", "bigint", False)),), {})
+    rnd = random.Random(11)
+    rows = 5_000
+    cases = {  # dropped, positions, numbered by position
+        "none": ((), rows, True),
+        "few": (tuple(sorted(rnd.sample(range(rows), 17))), rows, True),
+        "many": (tuple(sorted(rnd.sample(range(rows), 3_000))), rows, True),
+        "older": (tuple(sorted(rnd.sample(range(rows - 7), 30))), rows - 7, False),
+    }
+    splits, expected = [], []
+    first = 1_000
+    for n, (name, (dropped, count, by_position)) in enumerate(cases.items()):
+        path = tmp_path / f"{name}.parquet"
+        ids = pa.array([n * 10**6 + p for p in range(rows)], pa.int64())
+        pq.write_table(pa.table({"id": ids, POSITION: pa.array(range(rows), pa.int64())}), path)
+        kept = [p for p in range(count) if p not in set(dropped)]
+        last = first + (count if by_position else len(kept)) - 1
+        split = StagedFile(
+            TableId("d", "t"), str(path), len(kept), first, last, True,
+            split=True, dropped=dropped, positions=count, by_position=by_position,
+        )  # fmt: skip
+        mine = [(n * 10**6 + p, first + (p if by_position else i)) for i, p in enumerate(kept)]
+        keys = _keys_of(split, ["id"])
+        pairs = zip(keys.column("id").to_pylist(), keys.column("_seq").to_pylist(), strict=True)
+        assert sorted(pairs) == mine, f"{name}: the driver's numbering (keys only)"
+        splits.append(split)
+        expected.extend(mine)
+        first = last + 1
+    frame = staged_frame(spark, splits, plan, changelog=False)
+    got = sorted((r["id"], r["_seq"]) for r in frame.select("id", "_seq").collect())
+    assert got == sorted(expected), "Spark's numbering"

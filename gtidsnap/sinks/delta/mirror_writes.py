@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.model import quote_ident
-from gtidsnap.sinks.arrow_columns import POSITION
+from gtidsnap.sinks.arrow_columns import POSITION, kept_numbers
 from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, MIRROR_UPDATE, STAGED_SEQ
 from gtidsnap.sinks.delta.change_rows import (
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gtidsnap.sinks.delta")
 
 SNAPSHOT_APP = ":snapshot"  # the txn app id suffix of the APPENDs of staged rows (a second per batch)
+SPLIT_FILE = "_gtidsnap_file"  # a staged split row's file name, in the scan of every split
 HELD_KEYS_CAP = 1_000_000  # keys merged kept per table; beyond, its staged rows are merged
 
 
@@ -236,17 +237,20 @@ class MirrorWriter:
 
 
 def _keys_of(staged: StagedFile, key: Sequence[str]) -> pa.Table:
-    """The key columns and ``_seq`` of a staged file's rows (of a split: the positions its window
-    kept, numbered in order from its ``first_seq``)."""
+    """The key columns and ``_seq`` of a staged file's rows (of a split: the positions its windows
+    kept, numbered from its ``first_seq`` by position)."""
     if not staged.split:
         return pq.read_table(staged.path, columns=[*key, SEQ])
     rows = pq.read_table(staged.path, columns=[*key, POSITION])
-    if staged.kept is not None:
-        kept = pa.array(staged.kept, pa.int64())
-        rows = rows.filter(pc.is_in(rows.column(POSITION), kept))
-        seqs = pc.add(pc.index_in(rows.column(POSITION), kept).cast(pa.int64()), staged.first_seq)
+    position = rows.column(POSITION)
+    if staged.dropped or staged.positions < rows.num_rows:
+        dropped = pc.is_in(position, pa.array(staged.dropped, pa.int64()))
+        rows = rows.filter(pc.and_(pc.less(position, staged.positions), pc.invert(dropped)))
+    position = rows.column(POSITION)
+    if staged.by_position:
+        seqs = pc.add(position, pa.scalar(staged.first_seq, pa.int64()))
     else:
-        seqs = pc.add(rows.column(POSITION), pa.scalar(staged.first_seq, pa.int64()))
+        seqs = kept_numbers(position, staged.dropped, staged.first_seq)
     return rows.select(list(key)).append_column(SEQ, seqs)
 
 
@@ -254,32 +258,17 @@ def staged_frame(
     spark: SparkSession, staged: Sequence[StagedFile], plan: ColumnPlan, changelog: bool
 ) -> DataFrame:
     """Staged rows as the columns of ``plan`` (a column a file lacks is NULL, types the plan's), with
-    the meta columns of a mirror or a changelog: a split's ``_seq`` numbered over the positions its
-    window kept, ``_op`` r, no GTID, its time. Read by Spark: no row comes into this process."""
+    the meta columns of a mirror or a changelog: a split's ``_seq`` its ``first_seq`` + the row's
+    position (the positions its windows dropped left out), ``_op`` r, no GTID, its time. Read by
+    Spark: no row comes into this process."""
     schema = spark_schema(plan) if not changelog else _changelog_schema(plan)
     whole = [f.path for f in staged if not f.split]
     frames = [spark.read.option("mergeSchema", "true").parquet(*whole)] if whole else []
-    for split in (f for f in staged if f.split):
-        frame = spark.read.parquet(split.path)
-        position = F.col(quote_ident(POSITION))
-        if split.kept is None:
-            seq = position + F.lit(split.first_seq)
-        else:
-            numbers = pa.table(
-                {
-                    POSITION: pa.array(split.kept, pa.int64()),
-                    "_seq": pa.array(range(split.first_seq, split.last_seq + 1), pa.int64()),
-                }
-            )
-            frame = frame.join(F.broadcast(spark.createDataFrame(numbers)), on=POSITION, how="inner")
-            seq = F.col("_seq")
-        frames.append(
-            frame.withColumn("_seq", seq.cast("bigint"))
-            .withColumn("_op", F.lit("r"))
-            .withColumn("_gtid", F.lit(None).cast("string"))
-            .withColumn("_source_ts", F.timestamp_seconds(F.lit(split.source_ts)))
-            .withColumn("_snapshot", F.lit(True))
-        )
+    splits = [f for f in staged if f.split and f.by_position]
+    if splits:
+        frames.append(_splits_frame(spark, splits))
+    for split in (f for f in staged if f.split and not f.by_position):
+        frames.append(_older_split_frame(spark, split))
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other, allowMissingColumns=True)
@@ -289,6 +278,62 @@ def staged_frame(
         value = F.col(quote_ident(field_.name)) if field_.name in have else F.lit(None)
         columns.append(value.cast(field_.dataType).alias(field_.name))
     return frame.select(*columns)
+
+
+def _splits_frame(spark: SparkSession, splits: Sequence[StagedFile]) -> DataFrame:
+    """Splits in one scan and one plan, whatever their number (a frame a split cost the driver
+    seconds of analysis each): each row's file gives its ``_seq`` base, positions and time, and the
+    positions its windows dropped are left out by a broadcast anti-join."""
+    files = pa.table(
+        {
+            SPLIT_FILE: [_file_name(f.path) for f in splits],
+            "_gtidsnap_first": pa.array([f.first_seq for f in splits], pa.int64()),
+            "_gtidsnap_positions": pa.array([f.positions for f in splits], pa.int64()),
+            "_gtidsnap_ts": pa.array([f.source_ts for f in splits], pa.int64()),
+        }
+    )
+    scan = spark.read.option("mergeSchema", "true").parquet(*[f.path for f in splits])
+    frame = scan.select("*", F.col("_metadata.file_name").alias(SPLIT_FILE))
+    frame = frame.join(F.broadcast(spark.createDataFrame(files)), on=SPLIT_FILE)
+    position = F.col(quote_ident(POSITION))
+    frame = frame.filter(position < F.col("_gtidsnap_positions"))
+    if any(f.dropped for f in splits):
+        gone = pa.table(
+            {
+                SPLIT_FILE: [_file_name(f.path) for f in splits for _ in f.dropped],
+                POSITION: pa.array([p for f in splits for p in f.dropped], pa.int64()),
+            }
+        )
+        frame = frame.join(
+            F.broadcast(spark.createDataFrame(gone)), on=[SPLIT_FILE, POSITION], how="left_anti"
+        )
+    return frame.select(
+        "*",
+        (position + F.col("_gtidsnap_first")).alias("_seq"),
+        F.lit("r").alias("_op"),
+        F.lit(None).cast("string").alias("_gtid"),
+        F.timestamp_seconds(F.col("_gtidsnap_ts")).alias("_source_ts"),
+        F.lit(True).alias("_snapshot"),
+    )
+
+
+def _older_split_frame(spark: SparkSession, split: StagedFile) -> DataFrame:
+    """A split staged before 2026-11-27, its kept rows numbered in order: joined to its numbers."""
+    gone = set(split.dropped)
+    kept = pa.array([p for p in range(split.positions) if p not in gone], pa.int64())
+    numbers = pa.table({POSITION: kept, "_seq": kept_numbers(kept, split.dropped, split.first_seq)})
+    frame = spark.read.parquet(split.path).join(F.broadcast(spark.createDataFrame(numbers)), on=POSITION)
+    return frame.select(
+        "*",
+        F.lit("r").alias("_op"),
+        F.lit(None).cast("string").alias("_gtid"),
+        F.timestamp_seconds(F.lit(split.source_ts)).alias("_source_ts"),
+        F.lit(True).alias("_snapshot"),
+    )
+
+
+def _file_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _changelog_schema(plan: ColumnPlan) -> T.StructType:

@@ -48,11 +48,14 @@ class StagedFile:
     fresh: bool
     staged_at: float = field(default_factory=time.monotonic, compare=False)
     # A chunk a remote reader wrote (a split; :class:`gtidsnap.sinks.arrow_columns.StagedRows`): its data
-    # columns and positions only; ``kept`` the positions its window kept (None: all), numbered in order
-    # from ``first_seq``, stamped ``source_ts``.
+    # columns and positions only, stamped ``source_ts``; ``dropped`` the positions its windows dropped
+    # (ascending), ``positions`` the file's rows; a row's ``_seq`` is ``first_seq`` + its position
+    # (``by_position``; a split staged before 2026-11-27: the kept rows numbered in order).
     split: bool = False
-    kept: tuple[int, ...] | None = None
+    dropped: tuple[int, ...] = ()
     source_ts: int = 0
+    positions: int = 0
+    by_position: bool = True
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -65,23 +68,31 @@ class StagedFile:
         }
         if self.split:
             data.update(
-                split=True, kept=None if self.kept is None else list(self.kept), source_ts=self.source_ts
+                split=True, dropped=list(self.dropped), positions=self.positions, source_ts=self.source_ts
             )
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StagedFile:
-        kept = data.get("kept")
+        rows, dropped = int(data["rows"]), tuple(int(p) for p in data.get("dropped", ()))
+        positions = int(data.get("positions", rows + len(dropped)))
+        legacy = data.get("split", False) and "dropped" not in data
+        if legacy and data.get("kept") is not None:  # written before 2026-11-27: every kept position
+            kept = {int(p) for p in data["kept"]}
+            positions = max(kept, default=-1) + 1
+            dropped = tuple(p for p in range(positions) if p not in kept)
         return cls(
             TableId.parse(str(data["table"])),
             str(data["path"]),
-            int(data["rows"]),
+            rows,
             int(data["first_seq"]),
             int(data["last_seq"]),
             bool(data["fresh"]),
             split=bool(data.get("split", False)),
-            kept=None if kept is None else tuple(int(k) for k in kept),
+            dropped=dropped,
             source_ts=int(data.get("source_ts", 0)),
+            positions=positions,
+            by_position=not legacy,
         )
 
 
@@ -113,11 +124,12 @@ def staged_split(table: TableId, rows: StagedRows, first_seq: int, source_ts: in
         rows.path,
         len(rows),
         first_seq,
-        first_seq + len(rows) - 1,
+        first_seq + rows.seq_span() - 1,
         fresh,
         split=True,
-        kept=rows.kept,
+        dropped=rows.dropped,
         source_ts=source_ts,
+        positions=rows.rows,
     )
 
 

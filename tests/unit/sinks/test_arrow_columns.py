@@ -170,3 +170,51 @@ def test_a_value_that_does_not_fit_is_a_sink_error_naming_table_and_column() -> 
     rows = [((1,), {"id": 1, "at": None, "d": "12345.00"})]
     with pytest.raises(arrow_columns.SinkError, match=r"column d of shop\.orders"):
         ArrowRenderer()(rows, SCHEMA)
+
+
+@st.composite
+def windows_over_a_split(draw: st.DrawFn) -> tuple[int, list[list[bool]]]:
+    """A split's row count and, for each window that takes from it in turn, which rows it keeps."""
+    rows = draw(st.integers(0, 60))
+    steps, left = [], rows
+    for _ in range(draw(st.integers(0, 3))):
+        keep = draw(st.lists(st.booleans(), min_size=left, max_size=left))
+        steps.append(keep)
+        left = sum(keep)
+    return rows, steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(windows_over_a_split(), st.integers(1, 10**9))
+def test_staged_rows_keep_what_windows_keep_numbered_by_position(
+    world: tuple[int, list[list[bool]]], first: int
+) -> None:
+    """Windows taking rows of a staged split leave exactly the positions each kept, listed as the
+    dropped ones; the split takes a ``_seq`` a row of its file (a dropped row's unused), so a kept
+    row's is ``first`` + its position, in order and never past the chunk's last. A split from an
+    older checkpoint (its kept positions listed, numbered in order) keeps the same rows."""
+    from gtidsnap.sinks.arrow_columns import StagedRows, kept_numbers
+    from gtidsnap.sinks.delta.staging import StagedFile, staged_split
+
+    rows, steps = world
+    staged, kept = StagedRows("s.parquet", rows), list(range(rows))
+    for keep in steps:
+        staged = staged.taken([i for i, k in enumerate(keep) if k])
+        kept = [p for p, k in zip(kept, keep, strict=True) if k]
+    assert len(staged) == len(kept) and staged.seq_span() == rows
+    assert sorted([*staged.dropped, *kept]) == list(range(rows)), "each position dropped or kept, once"
+    file = staged_split(TableId("d", "t"), staged, first, 7, fresh=True)
+    assert (file.first_seq, file.last_seq, file.rows, file.by_position) == (
+        first,
+        first + rows - 1,
+        len(kept),
+        True,
+    )
+    assert StagedFile.from_json(file.to_json()) == file
+    legacy = {**file.to_json(), "kept": kept, "last_seq": first + len(kept) - 1}
+    del legacy["dropped"], legacy["positions"]
+    old = StagedFile.from_json(legacy)
+    assert [p for p in range(old.positions) if p not in old.dropped] == kept and not old.by_position
+    assert kept_numbers(pa.array(kept, pa.int64()), old.dropped, first).to_pylist() == [
+        first + i for i in range(len(kept))
+    ]
