@@ -36,7 +36,7 @@ from typing import Any
 from bench_lib import cli_run, writer
 from bench_lib.context import Context
 from bench_lib.env import DATABASE
-from bench_lib.snapshot import bare_scan
+from bench_lib.snapshot import SPARK_SPLIT_ROWS, bare_scan
 from bench_lib.stats import mean, percentile, ratio
 from bench_lib.tables import recreate_empty
 
@@ -48,7 +48,6 @@ LAG_RATE = 2_000.0
 LAG_BATCH = 20
 LAG_TABLE = "lag_rows"
 WRITER_PAIRS = 5
-SPARK_SPLIT_ROWS = 100_000  # rows of a split read by a Spark task (snapshot.reader_pool = spark)
 TAIL_EVERY_S = 0.02
 
 

@@ -136,6 +136,10 @@ def _rows(result: dict[str, Any]) -> list[Row]:
         ),
         (f"a. snapshot {ARROW} Delta: CPU µs a row by process", get("a", _cpu_cell)),
         (
+            f"a. snapshot {ARROW} Delta, splits read by Spark tasks, rows/s (ratio to bare scan)",
+            get("a", lambda p: _rate(p, "spark_delta")),
+        ),
+        (
             f"b. limit: bare binlog decode of {rows} row changes, rows/s",
             get("b", lambda p: _num(p["bare_rows_per_s"])),
         ),

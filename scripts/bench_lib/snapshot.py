@@ -3,7 +3,9 @@
 a. With a writer changing ~1,000 random rows/s of the table on the primary, in this order: a bare
 keyset scan of the replica (PyMySQL, ``id > last ORDER BY id LIMIT chunk``, rows fetched and
 dropped), ``gtidsnap run --snapshot --until-caught-up`` into JSON lines, the bare scan again, the same
-into Delta, the bare scan a third time, then Spark's own append of the same rows into Delta. Each
+into Delta, the bare scan a third time, the same into Delta with the splits read by Spark's executors
+(``snapshot.reader_pool = spark``, ``SPARK_READERS`` splits of ``SPARK_SPLIT_ROWS`` rows at once), the
+bare scan a fourth time, then Spark's own append of the same rows into Delta. Each
 gtidsnap run is compared with the mean of the two scans around it (the machine is shared: the limit
 drifts). gtidsnap's rows/s is the table's rows over the time from its "first run" log line (sink
 open, Spark up) to its final summary (last commit done); start-up is reported apart.
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bench.snapshot")
 
+SPARK_READERS = 2  # splits read at once by Spark's executors (local[2]) in a.'s run with reader_pool = spark
+SPARK_SPLIT_ROWS = 100_000  # rows of a split there (a Spark job costs ~0.1-0.4 s whatever its size)
 WARM_UP_ROWS = 100  # the Spark append's untimed first write (class loading, JIT), into its own table
 
 
@@ -68,18 +72,23 @@ def bare_scan(ctx: Context, table: str) -> dict[str, Any]:
 
 
 def cli_snapshot(
-    ctx: Context, table: str, sink: str, rows: int, readers: int | None = None
+    ctx: Context, table: str, sink: str, rows: int, readers: int | None = None, spark_split: int | None = None
 ) -> dict[str, Any]:
     """``gtidsnap run --snapshot bench.<table> --until-caught-up`` into ``sink``, fresh output;
-    ``readers`` chunk readers (None: the default, CPUs - 1)."""
-    work = ctx.work(f"snapshot-{sink}-{table}")
+    ``readers`` chunk readers (None: the default, CPUs - 1); ``spark_split``: the splits read by Spark's
+    executors (``snapshot.reader_pool = spark``), this many rows each."""
+    name = f"snapshot-{sink}-{table}" + ("-spark-readers" if spark_split else "")
+    work = ctx.work(name)
     env = cli_run.cli_env(ctx.pair, work, sink, [f"{DATABASE}.{table}"], ctx.chunk_size)
     if readers is not None:
         env["GTIDSNAP_SNAPSHOT_READERS"] = str(readers)
+    if spark_split is not None:
+        env["GTIDSNAP_SNAPSHOT_READER_POOL"] = "spark"
+        env["GTIDSNAP_SNAPSHOT_CHUNK_SIZE"] = str(spark_split)
     result = cli_run.run(
         ["run", "--snapshot", f"{DATABASE}.{table}", "--until-caught-up"],
         env,
-        ctx.log_path(f"snapshot-{sink}-{table}"),
+        ctx.log_path(name),
         ctx.timeout,
         checkpoint=work / "checkpoint.json",
     )
@@ -266,6 +275,10 @@ def measure_a(ctx: Context) -> dict[str, Any]:
         bare.append(bare_scan(ctx, ctx.table))
         delta = cli_snapshot(ctx, ctx.table, "delta", ctx.rows)
         bare.append(bare_scan(ctx, ctx.table))
+        spark_delta = cli_snapshot(
+            ctx, ctx.table, "delta", ctx.rows, readers=SPARK_READERS, spark_split=SPARK_SPLIT_ROWS
+        )
+        bare.append(bare_scan(ctx, ctx.table))
         try:  # a failure here must not waste the gtidsnap runs
             append = spark_append(ctx, ctx.table)
         except Exception as exc:
@@ -277,6 +290,7 @@ def measure_a(ctx: Context) -> dict[str, Any]:
     ctx.shared["snapshot-jsonl"] = jsonl
     limit_jsonl = mean([bare[0]["rows_per_s"], bare[1]["rows_per_s"]])
     limit_delta = mean([bare[1]["rows_per_s"], bare[2]["rows_per_s"]])
+    limit_spark_delta = mean([bare[2]["rows_per_s"], bare[3]["rows_per_s"]])
     limit_append = append.get("rows_per_s", math.nan)
     delta_cpu = delta.get("cpu_s", {})
     return {
@@ -300,6 +314,9 @@ def measure_a(ctx: Context) -> dict[str, Any]:
             delta["rows_per_s"], append.get("staged", {}).get("rows_per_s", math.nan)
         ),
         "delta_cpu_us_per_row": {k: round(v / ctx.rows * 1e6, 2) for k, v in delta_cpu.items()},
+        "spark_delta": spark_delta,
+        "limit_for_spark_delta_rows_per_s": round(limit_spark_delta, 1),
+        "ratio_spark_delta": ratio(spark_delta["rows_per_s"], limit_spark_delta),
     }
 
 
