@@ -337,12 +337,12 @@ class Engine:
     # ------------------------------------------------------------------ events and outputs
     def _on_event(self, event: BinlogEvent) -> None:
         assert self._chunks is not None
-        if isinstance(event, TxCommit) and not self._in_tx:  # events of it were lost: never silently
-            raise SourceError(f"the binlog stream handed the commit of {event.gtid} without its start")
         self._emit(self._chunks.feed(event))
         if isinstance(event, TxBegin):
             self._in_tx = True
         elif isinstance(event, TxCommit):
+            if not self._in_tx:  # events of it were lost: stop before it counts as processed
+                raise SourceError(f"the binlog stream handed the commit of {event.gtid} without its start")
             self._in_tx = False
             self.processed = self.processed.add(event.gtid)
         elif isinstance(event, SchemaChange):

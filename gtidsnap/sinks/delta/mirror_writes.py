@@ -40,7 +40,7 @@ from gtidsnap.sinks.delta.tables import DeltaTables
 from gtidsnap.sinks.delta.util import same_key
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("gtidsnap.sinks.delta")
 
@@ -307,14 +307,8 @@ def _splits_frame(spark: SparkSession, splits: Sequence[StagedFile]) -> DataFram
         frame = frame.join(
             F.broadcast(spark.createDataFrame(gone)), on=[SPLIT_FILE, POSITION], how="left_anti"
         )
-    return frame.select(
-        "*",
-        (position + F.col("_gtidsnap_first")).alias("_seq"),
-        F.lit("r").alias("_op"),
-        F.lit(None).cast("string").alias("_gtid"),
-        F.timestamp_seconds(F.col("_gtidsnap_ts")).alias("_source_ts"),
-        F.lit(True).alias("_snapshot"),
-    )
+    seq = (position + F.col("_gtidsnap_first")).alias("_seq")
+    return frame.select("*", seq, *_snapshot_meta(F.col("_gtidsnap_ts")))
 
 
 def _older_split_frame(spark: SparkSession, split: StagedFile) -> DataFrame:
@@ -323,13 +317,17 @@ def _older_split_frame(spark: SparkSession, split: StagedFile) -> DataFrame:
     kept = pa.array([p for p in range(split.positions) if p not in gone], pa.int64())
     numbers = pa.table({POSITION: kept, "_seq": kept_numbers(kept, split.dropped, split.first_seq)})
     frame = spark.read.parquet(split.path).join(F.broadcast(spark.createDataFrame(numbers)), on=POSITION)
-    return frame.select(
-        "*",
+    return frame.select("*", *_snapshot_meta(F.lit(split.source_ts)))
+
+
+def _snapshot_meta(source_ts: Column) -> list[Column]:
+    """A split's meta columns but ``_seq``: ``_op`` r, no GTID, its time (epoch seconds), a snapshot row."""
+    return [
         F.lit("r").alias("_op"),
         F.lit(None).cast("string").alias("_gtid"),
-        F.timestamp_seconds(F.lit(split.source_ts)).alias("_source_ts"),
+        F.timestamp_seconds(source_ts).alias("_source_ts"),
         F.lit(True).alias("_snapshot"),
-    )
+    ]
 
 
 def _file_name(path: str) -> str:

@@ -75,8 +75,9 @@ class StagedFile:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StagedFile:
         rows, dropped = int(data["rows"]), tuple(int(p) for p in data.get("dropped", ()))
-        positions = int(data.get("positions", rows + len(dropped)))
-        legacy = data.get("split", False) and "dropped" not in data
+        split = bool(data.get("split", False))
+        positions = int(data.get("positions", rows + len(dropped) if split else 0))
+        legacy = split and "dropped" not in data
         if legacy and data.get("kept") is not None:  # written before 2026-11-27: every kept position
             kept = {int(p) for p in data["kept"]}
             positions = max(kept, default=-1) + 1
@@ -88,7 +89,7 @@ class StagedFile:
             int(data["first_seq"]),
             int(data["last_seq"]),
             bool(data["fresh"]),
-            split=bool(data.get("split", False)),
+            split=split,
             dropped=dropped,
             source_ts=int(data.get("source_ts", 0)),
             positions=positions,

@@ -218,3 +218,11 @@ def test_staged_rows_keep_what_windows_keep_numbered_by_position(
     assert kept_numbers(pa.array(kept, pa.int64()), old.dropped, first).to_pylist() == [
         first + i for i in range(len(kept))
     ]
+
+
+def test_a_staged_file_of_the_committer_round_trips_as_it_was() -> None:
+    """A batch's own staged file (not a split) comes back from the checkpoint equal to itself."""
+    from gtidsnap.sinks.delta.staging import StagedFile
+
+    plain = StagedFile(TableId("d", "t"), "/out/f.parquet", 5, 10, 14, True)
+    assert StagedFile.from_json(plain.to_json()) == plain
