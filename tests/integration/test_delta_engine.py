@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -223,9 +224,19 @@ def rows_at(path: str, version: int, spark: SparkSession) -> list[tuple[Any, ...
     rows = [
         tuple(r.get(c) for c in columns)
         for f in sorted(live)
-        for r in pq.read_table(Path(path) / unquote(f)).to_pylist()
+        for r in _instants_alike(pq.read_table(Path(path) / unquote(f))).to_pylist()
     ]
     return sorted(rows, key=repr)
+
+
+def _instants_alike(table: pa.Table) -> pa.Table:
+    """Spark writes a TIMESTAMP as INT96 (pyarrow reads nanoseconds with no zone), pyarrow's files of
+    the mirror (gtidsnap.sinks.delta.mirror_files) as microseconds in UTC: the same instants, read alike."""
+    int96 = pa.timestamp("ns")
+    for i, column in enumerate(table.schema):
+        if column.type == int96:
+            table = table.set_column(i, column.name, table.column(i).cast(pa.timestamp("us", tz="UTC")))
+    return table
 
 
 def check_batches(histories: dict[str, list[tuple[int, str, dict[str, Any]]]]) -> int:
@@ -607,6 +618,7 @@ def test_kill_9_at_each_point_of_a_delta_commit(
 # ----------------------------------------------------------------------------- the deferred write path
 
 DEFERRED_STEPS = (
+    "delta-mirror-files-written:1",  # fresh snapshot rows written as the mirror's files, not committed
     "delta-after-mirror:2",  # an APPEND of fresh snapshot rows (or a due MERGE)
     "delta-after-changelog:3",  # changes of checkpointed batches still wait for their MERGE ...
     "delta-before-catch-up:1",  # ... so the next start MERGEs them from the changelog: killed before

@@ -35,8 +35,9 @@ from gtidsnap.sinks.delta.change_rows import (
     top_seqs,
 )
 from gtidsnap.sinks.delta.columns import ColumnPlan
+from gtidsnap.sinks.delta.mirror_files import append_staged_files, holds_plan
 from gtidsnap.sinks.delta.staging import StagedFile
-from gtidsnap.sinks.delta.tables import DeltaTables
+from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns
 from gtidsnap.sinks.delta.util import same_key
 
 if TYPE_CHECKING:
@@ -142,23 +143,30 @@ class MirrorWriter:
         merge_keys: list[pa.Table] = []  # the keys of the MERGE's source (when it is small)
         pruned = True
         staged = state.staged
+        files: list[pa.Table] | None = None  # rows APPENDed as data files with the staged ones
         if staged:
             staged_tops = top_seqs(_concat([_keys_of(f, key) for f in staged]), key)
             staged_keys = staged_tops.select(list(key))
-            frame = staged_frame(self.spark, staged, plan, changelog=False)
+            newer = None
             if waiting is not None:
                 newer = newer_than(newest_per_key(waiting, key), staged_tops, key)
                 waiting = matching(waiting, staged_keys, key, keep=False)
-                if newer.num_rows:
-                    frame = self._fold(frame, newer, key, plan)
             hits = None if state.held is None else matching(staged_keys, state.held, key, keep=True)
-            if hits is not None and not hits.num_rows and all(f.fresh for f in staged):
-                appends.append(frame.where(F.col("_op") != "d"))
-                appended = sum(f.rows for f in staged)
-            else:  # all merged, so one commit holds them (an APPEND before a MERGE of some of them
-                # would say the staged rows are in while the MERGE's were not yet)
-                merge_parts.append(_newest_in_spark(frame, key) if len(staged) > 1 else frame)
-                pruned = False
+            fresh = hits is not None and not hits.num_rows and all(f.fresh for f in staged)
+            as_files = fresh and not any(f.split for f in staged)  # a split's rows stay out of Python
+            if as_files and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
+                files = [newer] if newer is not None and newer.num_rows else []
+            else:
+                frame = staged_frame(self.spark, staged, plan, changelog=False)
+                if newer is not None and newer.num_rows:
+                    frame = self._fold(frame, newer, key, plan)
+                if fresh:
+                    appends.append(frame.where(F.col("_op") != "d"))
+                    appended = sum(f.rows for f in staged)
+                else:  # all merged, so one commit holds them (an APPEND before a MERGE of some of them
+                    # would say the staged rows are in while the MERGE's were not yet)
+                    merge_parts.append(_newest_in_spark(frame, key) if len(staged) > 1 else frame)
+                    pruned = False
             state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
             state.applied.extend(staged)
             state.staged = []
@@ -166,11 +174,14 @@ class MirrorWriter:
         if merge_due and waiting is not None and waiting.num_rows:
             changes = newest_per_key(waiting, key)
             keys = key_rows(changes, key)
-            if appends and state.held is not None and state.held_is_all:  # keys it cannot hold: appended
+            appending = bool(appends) or files is not None
+            if appending and state.held is not None and state.held_is_all:  # keys it cannot hold: appended
                 new = matching(changes, state.held, key, keep=False)
                 changes = matching(changes, state.held, key, keep=True)
                 inserts = new.filter(pc.not_equal(new.column("_op"), "d"))
-                if inserts.num_rows:
+                if inserts.num_rows and files is not None:
+                    files.append(inserts)
+                elif inserts.num_rows:
                     appends.append(self.spark.createDataFrame(inserts, schema=spark_schema(plan)))
                     appended += inserts.num_rows
             if changes.num_rows:
@@ -187,7 +198,15 @@ class MirrorWriter:
         state.waiting = [waiting] if waiting is not None and waiting.num_rows else []
         if not state.waiting:
             state.waiting_since = None
-        if appends:
+        if files is not None:
+            meta = self._meta(batch, state, unmerged if merge_parts else None, SNAPSHOT_APP, background)
+            rows = [conformed(t, plan, changelog=False) for t in files]
+            commit = (self.app_id + SNAPSHOT_APP, batch if txn else None, meta)
+            appended += append_staged_files(
+                self.spark, path, staged, _concat(rows) if rows else None, plan, key,
+                stats_columns(key, mirror=True), commit,
+            )  # fmt: skip
+        elif appends:
             source = appends[0]
             for part in appends[1:]:
                 source = source.unionByName(part)
@@ -205,7 +224,7 @@ class MirrorWriter:
             meta = self._meta(batch, state, None, "", background)
             self.tables.merge_frame(path, source, condition, batch, meta, txn)
             merged = sum(t.num_rows for t in merge_keys)
-        if appends or merge_parts:
+        if appends or merge_parts or files is not None:
             crash_point("delta-after-mirror")
         return UpdateResult(appended, merged)
 

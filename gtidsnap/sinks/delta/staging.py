@@ -108,7 +108,7 @@ def warm_up_folder(root: str) -> str:
 
 
 def remove_folder(uri: str) -> None:
-    filesystem, path = _filesystem(uri)
+    filesystem, path = output_filesystem(uri)
     with contextlib.suppress(FileNotFoundError):
         filesystem.delete_dir(path)
 
@@ -134,7 +134,7 @@ def staged_split(table: TableId, rows: StagedRows, first_seq: int, source_ts: in
     )
 
 
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+def output_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """pyarrow's filesystem for the output (local paths, file:, s3://, gs://, hdfs://, ...)."""
     if "://" not in uri and not uri.startswith("file:"):
         return pafs.LocalFileSystem(), uri
@@ -151,7 +151,7 @@ def write_staged(root: str, table: TableId, name: str, rows: pa.Table, fresh: bo
     """``rows`` (data columns, then ``_seq`` and the other meta columns) as the durable file ``name``
     of ``table``'s staging folder."""
     folder = f"{staging_root(root)}/{encode_name(table.schema)}/{encode_name(table.name)}"
-    filesystem, base = _filesystem(folder)
+    filesystem, base = output_filesystem(folder)
     filesystem.create_dir(base, recursive=True)
     path = f"{base}/{name}.parquet"
     with filesystem.open_output_stream(path) as stream:
@@ -178,8 +178,8 @@ def _fsync(path: str) -> None:
 
 def remove_unlisted(root: str, keep: Iterable[StagedFile]) -> list[str]:
     """Delete every staged file of ``root`` that ``keep`` does not name; the deleted paths."""
-    filesystem, base = _filesystem(staging_root(root))
-    kept = {_filesystem(f.path)[1] for f in keep}
+    filesystem, base = output_filesystem(staging_root(root))
+    kept = {output_filesystem(f.path)[1] for f in keep}
     try:
         infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     except FileNotFoundError:
@@ -195,6 +195,6 @@ def remove_unlisted(root: str, keep: Iterable[StagedFile]) -> list[str]:
 def remove(files: Iterable[StagedFile]) -> None:
     """Delete appended staged files (a checkpoint no longer names them)."""
     for staged in files:
-        filesystem, path = _filesystem(staged.path)
+        filesystem, path = output_filesystem(staged.path)
         with contextlib.suppress(FileNotFoundError):
             filesystem.delete_file(path)

@@ -45,10 +45,15 @@ def table_properties(key: Sequence[str], mirror: bool, deletion_vectors: bool = 
     if mirror:
         properties["delta.enableChangeDataFeed"] = "true"
         properties["delta.enableDeletionVectors"] = "true" if deletion_vectors else "false"
-    stats = [*key, "_seq", *(["_op"] if mirror else [])]
+    stats = stats_columns(key, mirror)
     if all(_PLAIN_NAME.fullmatch(name) for name in stats):  # other names: Delta's default statistics
         properties["delta.dataSkippingStatsColumns"] = ",".join(stats)
     return properties
+
+
+def stats_columns(key: Sequence[str], mirror: bool) -> list[str]:
+    """The columns a table keeps file statistics on: its key, ``_seq``, and a mirror's ``_op``."""
+    return [*key, "_seq", *(["_op"] if mirror else [])]
 
 
 def merge_newest(spark: SparkSession, path: str, source: DataFrame, condition: SparkColumn) -> None:

@@ -1,0 +1,195 @@
+"""A fresh mirror's APPEND of staged snapshot rows as data files written by pyarrow and committed
+through Delta's transaction API (gtidsnap.sinks.delta.mirror_files), against the Spark APPEND it
+replaces (the staged rows read by Spark, folded with the newer changes, appended), on random worlds:
+batches' staged files (some empty), newer updates and deletes of staged keys, new keys inserted. Both
+tables must hold the same rows, value for value; the commit is idempotent per app id and version and
+says what it is (a WRITE with the batch's metadata)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gtidsnap.core.model import TableId
+from gtidsnap.core.schema import Column
+from gtidsnap.sinks.delta.change_rows import plan_schema
+from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
+from gtidsnap.sinks.delta.file_commits import FileStats, commit_files, file_stats, write_data_file
+from gtidsnap.sinks.delta.mirror_files import append_staged_files, holds_plan
+from gtidsnap.sinks.delta.mirror_writes import MirrorWriter, spark_schema, staged_frame
+from gtidsnap.sinks.delta.staging import StagedFile
+from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns, table_properties
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+KEY = ["id"]
+TABLE = TableId("d", "t")
+
+
+def _plan() -> ColumnPlan:
+    from pyspark.sql import types as T
+
+    columns = (
+        ("id", T.LongType(), "bigint"),
+        ("v", T.StringType(), "varchar(20)"),
+        ("n", T.IntegerType(), "int"),
+        ("at", T.TimestampType(), "timestamp"),
+        ("day", T.DateType(), "date"),
+        ("price", T.DecimalType(10, 2), "decimal(10,2)"),
+    )
+    return ColumnPlan(tuple(PlannedColumn(n, t, Column(n, s, s, n != "id")) for n, t, s in columns), {})
+
+
+def _rows(rnd: random.Random, ids: list[int], plan: ColumnPlan, seqs: list[int], ops: list[str]) -> pa.Table:
+    n = len(ids)
+    epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    data: dict[str, Any] = {
+        "id": ids,
+        "v": [None if rnd.random() < 0.1 else f"v{rnd.randrange(10**6)}" for _ in range(n)],
+        "n": [rnd.randrange(-(2**31), 2**31) for _ in range(n)],
+        "at": [epoch + dt.timedelta(microseconds=rnd.randrange(10**12)) for _ in range(n)],
+        "day": [dt.date(2000, 1, 1) + dt.timedelta(days=rnd.randrange(9000)) for _ in range(n)],
+        "price": [None if rnd.random() < 0.2 else f"{rnd.randrange(10**8) / 100:.2f}" for _ in range(n)],
+        "_op": ops,
+        "_seq": seqs,
+        "_gtid": [None if op == "r" else f"0-1-{s}" for op, s in zip(ops, seqs, strict=True)],
+        "_source_ts": [epoch] * n,
+    }
+    from decimal import Decimal
+
+    data["price"] = [None if p is None else Decimal(p) for p in data["price"]]
+    return pa.table(data, schema=plan_schema(plan, changelog=False))
+
+
+def _world(rnd: random.Random, folder: Path, plan: ColumnPlan) -> tuple[list[StagedFile], pa.Table]:
+    """Batches' staged files (with their meta columns, some empty) and the changes newer than them:
+    updates and deletes of staged keys, inserts of new keys."""
+    staged: list[StagedFile] = []
+    seq = 100
+    next_id = 0
+    for i in range(rnd.randint(1, 4)):
+        count = rnd.randint(0, 400)
+        ids = list(range(next_id, next_id + count))
+        next_id += count + rnd.randint(0, 5)
+        path = folder / f"staged-{i}.parquet"
+        pq.write_table(_rows(rnd, ids, plan, list(range(seq, seq + count)), ["r"] * count), path)
+        staged.append(StagedFile(TABLE, str(path), count, seq, seq + count - 1, True))
+        seq += count
+    changed = rnd.sample(range(next_id), min(next_id, rnd.randint(0, 60)))
+    new = list(range(next_id + 10, next_id + 10 + rnd.randint(0, 20)))
+    ids = changed + new
+    ops = [rnd.choice("ud") for _ in changed] + ["c"] * len(new)
+    changes = _rows(rnd, ids, plan, list(range(seq, seq + len(ids))), ops)
+    return staged, changes
+
+
+def _create(spark: SparkSession, path: str, plan: ColumnPlan) -> None:
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spark_schema(plan))
+    for name, value in table_properties(KEY, mirror=True).items():
+        builder = builder.property(name, value)
+    builder.execute()
+
+
+def _table_rows(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_files_hold_what_the_spark_append_held(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    rnd = random.Random(seed)
+    plan = _plan()
+    staged, changes = _world(rnd, tmp_path, plan)
+    by_spark, by_files = str(tmp_path / "by-spark"), str(tmp_path / "by-files")
+    _create(spark, by_spark, plan)
+    _create(spark, by_files, plan)
+
+    from pyspark.sql import functions as F
+
+    writer = MirrorWriter(spark, DeltaTables(spark, "app"), "app")
+    frame = staged_frame(spark, staged, plan, changelog=False)
+    if changes.num_rows:
+        frame = writer._fold(frame, changes, KEY, plan)
+    frame.where(F.col("_op") != "d").write.format("delta").mode("append").save(by_spark)
+
+    meta = {"gtidsnap_batch": 7, "seed": seed}
+    appended = append_staged_files(
+        spark,
+        by_files,
+        staged,
+        changes,
+        plan,
+        KEY,
+        stats_columns(KEY, mirror=True),
+        ("app:snapshot", 7, meta),
+    )
+    want = _table_rows(spark, by_spark)
+    assert _table_rows(spark, by_files) == want
+    assert appended == len(want)
+
+    # idempotent per app id and version: the same call again commits nothing
+    versions = spark.sql(f"DESCRIBE HISTORY delta.`{by_files}`").collect()
+    append_staged_files(
+        spark,
+        by_files,
+        staged,
+        changes,
+        plan,
+        KEY,
+        stats_columns(KEY, mirror=True),
+        ("app:snapshot", 7, meta),
+    )
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{by_files}`").collect()
+    assert len(history) == len(versions) and _table_rows(spark, by_files) == want
+    top = max(history, key=lambda r: r["version"])
+    assert top["operation"] == "WRITE" and json.loads(top["userMetadata"]) == meta
+    assert holds_plan(DeltaTables(spark, "app").delta_schema(by_files), spark_schema(plan))
+
+
+def test_file_statistics_let_delta_skip_files_by_key(spark: SparkSession, tmp_path: Path) -> None:
+    """Two committed files with disjoint key ranges, each written in two parts: a key filter reads one
+    only (the other is deleted from disk and never opened: its statistics, merged over its parts, are
+    in Delta's own format); a string column whose rows are all NULL has its NULL count alone, one past
+    Delta's 32 characters no bounds, in the part that has it or in the whole file."""
+    plan = _plan()
+    path = str(tmp_path / "t")
+    _create(spark, path, plan)
+    rnd = random.Random(3)
+    schema = plan_schema(plan, changelog=False)
+    files = []
+    for ids in (list(range(0, 100)), list(range(1000, 1100))):
+        rows = _rows(rnd, ids, plan, ids, ["r"] * len(ids))
+        written = write_data_file(path, [rows.slice(50), rows.slice(0, 50)], schema, stats_columns(KEY, True))
+        assert written is not None and written.rows == 100
+        assert json.loads(written.stats)["minValues"] == {"id": ids[0], "_seq": ids[0], "_op": "r"}
+        files.append(written)
+    assert write_data_file(path, [], schema, ["id"]) is None, "no row: no file"
+    assert commit_files(spark, path, files, "app", None, {"gtidsnap_batch": 1})
+    (Path(path) / files[0].name).unlink()  # only a read that skips it by its statistics still works
+    assert spark.read.format("delta").load(path).where("id >= 1000").count() == 100
+
+    rows = pa.table({"id": pa.array([5, 2], pa.int64()), "v": pa.nulls(2, pa.string())})
+    stats = file_stats(rows, ["id", "v", "missing"])
+    assert stats == {
+        "numRecords": 2,
+        "minValues": {"id": 2},
+        "maxValues": {"id": 5},
+        "nullCount": {"id": 0, "v": 2},
+    }
+    long = pa.table({"v": pa.array(["a" * 40, "b"], pa.string())})
+    assert file_stats(long, ["v"])["minValues"] == {}, "a string past Delta's 32 characters has no bounds"
+    parts = FileStats(["id", "v"])
+    parts.add(pa.table({"id": pa.array([7], pa.int64()), "v": pa.array(["b"], pa.string())}))
+    parts.add(pa.table({"id": pa.array([3, None], pa.int64()), "v": pa.array(["z" * 33, None], pa.string())}))
+    merged = parts.as_delta()
+    assert merged["minValues"] == {"id": 3} and merged["maxValues"] == {"id": 7}
+    assert merged["nullCount"] == {"id": 1, "v": 1} and merged["numRecords"] == 3
