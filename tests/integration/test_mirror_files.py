@@ -1,9 +1,9 @@
 """A fresh mirror's APPEND of staged snapshot rows as data files written by pyarrow and committed
 through Delta's transaction API (gtidsnap.sinks.delta.mirror_files), against the Spark APPEND it
 replaces (the staged rows read by Spark, folded with the newer changes, appended), on random worlds:
-batches' staged files (some empty), newer updates and deletes of staged keys, new keys inserted. Both
-tables must hold the same rows, value for value; the commit is idempotent per app id and version and
-says what it is (a WRITE with the batch's metadata)."""
+batches' staged files and Spark readers' splits (some empty), newer updates and deletes of staged
+keys, new keys inserted. Both tables must hold the same rows, value for value; the commit is
+idempotent per app id and version and says what it is (a WRITE with the batch's metadata)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 
 from gtidsnap.core.model import TableId
 from gtidsnap.core.schema import Column
+from gtidsnap.sinks.arrow_columns import POSITION
 from gtidsnap.sinks.delta.change_rows import plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
 from gtidsnap.sinks.delta.file_commits import FileStats, commit_files, file_stats, write_data_file
@@ -70,8 +71,9 @@ def _rows(rnd: random.Random, ids: list[int], plan: ColumnPlan, seqs: list[int],
 
 
 def _world(rnd: random.Random, folder: Path, plan: ColumnPlan) -> tuple[list[StagedFile], pa.Table]:
-    """Batches' staged files (with their meta columns, some empty) and the changes newer than them:
-    updates and deletes of staged keys, inserts of new keys."""
+    """Staged files (batches' own with their meta columns, splits of Spark readers numbered by position
+    with some dropped; some empty) and the changes newer than them: updates and deletes of staged
+    keys, inserts of new keys."""
     staged: list[StagedFile] = []
     seq = 100
     next_id = 0
@@ -80,9 +82,25 @@ def _world(rnd: random.Random, folder: Path, plan: ColumnPlan) -> tuple[list[Sta
         ids = list(range(next_id, next_id + count))
         next_id += count + rnd.randint(0, 5)
         path = folder / f"staged-{i}.parquet"
-        pq.write_table(_rows(rnd, ids, plan, list(range(seq, seq + count)), ["r"] * count), path)
-        staged.append(StagedFile(TABLE, str(path), count, seq, seq + count - 1, True))
-        seq += count
+        if rnd.random() < 0.5:  # a batch's own staged file
+            pq.write_table(_rows(rnd, ids, plan, list(range(seq, seq + count)), ["r"] * count), path)
+            staged.append(StagedFile(TABLE, str(path), count, seq, seq + count - 1, True))
+            seq += count
+            continue
+        # a split a Spark reader staged: data columns and positions, some dropped, some past its end
+        data = _rows(rnd, ids, plan, [0] * count, ["r"] * count).select([c.name for c in plan.columns])
+        pq.write_table(data.append_column(POSITION, pa.array(range(count), pa.int64())), path)
+        positions = count - rnd.randint(0, min(count, 3))
+        dropped = tuple(sorted(rnd.sample(range(positions), rnd.randint(0, positions // 3))))
+        by_position = rnd.random() < 0.8  # else numbered in order, as before 2026-11-27
+        span = positions if by_position else positions - len(dropped)
+        staged.append(
+            StagedFile(
+                TABLE, str(path), positions - len(dropped), seq, seq + span - 1, True, split=True,
+                dropped=dropped, source_ts=1_790_000_000 + i, positions=positions, by_position=by_position,
+            )
+        )  # fmt: skip
+        seq += span
     changed = rnd.sample(range(next_id), min(next_id, rnd.randint(0, 60)))
     new = list(range(next_id + 10, next_id + 10 + rnd.randint(0, 20)))
     ids = changed + new

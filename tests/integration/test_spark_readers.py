@@ -103,8 +103,9 @@ def test_splits_into_delta_are_staged_by_the_executors_and_no_row_reaches_the_dr
 ) -> None:
     """A Delta output with Spark readers: each split's task writes its rows (Arrow, the Delta types) to
     the output's staging folder and sends back only its keys, watermarks and the file's name; the
-    driver's sink appends the files by Spark, the rows each window dropped left out. No split row is
-    ever read into the driver's Python (pyarrow may read key columns only), under a writer."""
+    driver's sink has Spark tasks make them the mirror's data files, the rows each window dropped left
+    out, and commits them. No split row is ever read into the driver's Python (pyarrow may read key
+    columns only), under a writer."""
     import pyarrow.parquet as pq
 
     from gtidsnap.config.loading import SinkSettings
@@ -130,8 +131,15 @@ def test_splits_into_delta_are_staged_by_the_executors_and_no_row_reaches_the_dr
         assert columns is not None and "payload" not in columns, f"the driver read rows of {source}"
         return read_table(source, *args, columns=columns, **kwargs)
 
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def no_rows(self: pq.ParquetFile, *args: object, columns: object = None, **kwargs: object) -> object:
+        assert columns is not None and "payload" not in columns, "the driver read rows of a split"
+        return iter_batches(self, *args, columns=columns, **kwargs)  # type: ignore[arg-type]
+
     monkeypatch.setattr(planner.ChunkPlanner, "_on_read", watched)
     monkeypatch.setattr(pq, "read_table", keys_only)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", no_rows)
     with Replica(config.source) as replica:
         engine = build_engine(config, replica, spark_factory=lambda: spark)
         assert isinstance(engine.readers, SparkChunkReaders)

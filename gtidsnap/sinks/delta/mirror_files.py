@@ -1,13 +1,14 @@
 """A fresh mirror's APPEND of staged snapshot rows as its own data files: each batch's staged file read
 back by pyarrow, the keys with a newer change left out (that change goes in instead, a delete nowhere:
 a fresh mirror does not hold the key), written under the mirror's folder and committed in one Delta
-transaction (:mod:`gtidsnap.sinks.delta.file_commits`). No Spark job: the rows never pass through the
-JVM (a Spark append of the same rows cost ~15 CPU-s a million here). Splits staged by remote readers
-stay Spark's (their rows never come into the driver's Python)."""
+transaction (:mod:`gtidsnap.sinks.delta.file_commits`). The rows never pass through the JVM (a Spark
+append of the same rows cost ~15 CPU-s a million here). Splits staged by remote readers are made the
+mirror's files by Spark tasks running the same code (a split a task): their rows never come into the
+driver's Python, which commits what the tasks report."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -15,9 +16,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gtidsnap.core.crashpoints import crash_point
-from gtidsnap.sinks.delta.change_rows import conformed, matching, plan_schema
+from gtidsnap.sinks.arrow_columns import POSITION, UTC_TS, kept_numbers
+from gtidsnap.sinks.delta.change_rows import SEQ, conformed, matching, plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan
-from gtidsnap.sinks.delta.file_commits import commit_files, write_data_file
+from gtidsnap.sinks.delta.file_commits import DataFile, commit_files, write_data_file
 from gtidsnap.sinks.delta.staging import StagedFile
 
 PIECE_ROWS = 131_072  # rows of a staged file in memory at once
@@ -38,10 +40,47 @@ def holds_plan(table: T.StructType | None, mirror: T.StructType) -> bool:
 
 
 def staged_mirror_rows(staged: StagedFile, plan: ColumnPlan) -> Iterator[pa.Table]:
-    """A batch's staged file (its meta columns written with it) as the mirror's rows in ``plan``, a
-    piece at a time."""
+    """A staged file's rows as the mirror's rows in ``plan``, a piece at a time: a batch's file has
+    its meta columns; a split's ``_seq`` is its ``first_seq`` + the row's position (a split staged
+    before 2026-11-27: its kept rows numbered in order), its time its stamp, its dropped positions and
+    those past ``positions`` left out (what :func:`mirror_writes.staged_frame` makes of it in Spark)."""
+    dropped = pa.array(staged.dropped, pa.int64())
     for batch in pq.ParquetFile(staged.path).iter_batches(batch_size=PIECE_ROWS):
-        yield conformed(pa.Table.from_batches([batch]), plan, changelog=False)
+        rows = pa.Table.from_batches([batch])
+        if staged.split:
+            position = rows.column(POSITION)
+            keep = pc.and_(pc.less(position, staged.positions), pc.invert(pc.is_in(position, dropped)))
+            rows = rows.filter(keep)
+            position = rows.column(POSITION)
+            if staged.by_position:
+                seqs = pc.add(position, pa.scalar(staged.first_seq, pa.int64()))
+            else:
+                seqs = kept_numbers(position, staged.dropped, staged.first_seq)
+            n = rows.num_rows
+            stamp = pa.array([staged.source_ts * 1_000_000] * n, pa.int64()).cast(UTC_TS)
+            rows = (
+                rows.drop_columns([POSITION])
+                .append_column(SEQ, seqs)
+                .append_column("_op", pa.array(["r"] * n, pa.string()))
+                .append_column("_gtid", pa.nulls(n, pa.string()))
+                .append_column("_source_ts", stamp)
+            )
+        yield conformed(rows, plan, changelog=False)
+
+
+def mirror_file(
+    path: str,
+    staged: StagedFile,
+    plan: ColumnPlan,
+    changed: pa.Table | None,
+    key: Sequence[str],
+    stats_columns: Sequence[str],
+) -> DataFile | None:
+    """One staged file written as a data file of the mirror at ``path``, the rows of ``changed`` keys
+    left out (a deleted key's staged row too); run by the sink, or by a Spark task for a split."""
+    rows = staged_mirror_rows(staged, plan)
+    parts = rows if changed is None else (matching(p, changed, key, keep=False) for p in rows)
+    return write_data_file(path, parts, plan_schema(plan, changelog=False), stats_columns)
 
 
 def append_staged_files(
@@ -58,17 +97,24 @@ def append_staged_files(
     or of keys the mirror cannot hold; deletes left out) into the fresh mirror at ``path`` in one
     commit (``commit``: app id, txn version or None, user metadata); the rows appended."""
     changed = None if changes is None or not changes.num_rows else changes.select(list(key))
-    schema = plan_schema(plan, changelog=False)
-    parts: list[Iterable[pa.Table]] = []
-    for one in staged:
-        rows = staged_mirror_rows(one, plan)
-        # a deleted key's staged row goes too
-        parts.append(rows if changed is None else (matching(p, changed, key, keep=False) for p in rows))
+    jobs = [(path, one, plan, changed, list(key), list(stats_columns)) for one in staged if one.split]
+    files = _on_executors(spark, jobs) if jobs else []
+    files += [mirror_file(path, one, plan, changed, key, stats_columns) for one in staged if not one.split]
     if changes is not None:
-        parts.append([conformed(changes.filter(pc.not_equal(changes.column("_op"), "d")), plan, False)])
-    files = [write_data_file(path, part, schema, stats_columns) for part in parts]
+        rows = conformed(changes.filter(pc.not_equal(changes.column("_op"), "d")), plan, changelog=False)
+        files.append(write_data_file(path, [rows], plan_schema(plan, changelog=False), stats_columns))
     written = [f for f in files if f is not None]
     crash_point("delta-mirror-files-written")
     app_id, version, meta = commit
     commit_files(spark, path, written, app_id, version, meta)
     return sum(f.rows for f in written)
+
+
+def _on_executors(spark: SparkSession, jobs: list[tuple[Any, ...]]) -> list[DataFile | None]:
+    """Splits made data files by Spark tasks, a split a task: their rows never come into the driver,
+    which gets each file's name, size and statistics back."""
+    return spark.sparkContext.parallelize(jobs, len(jobs)).map(_mirror_file_job).collect()
+
+
+def _mirror_file_job(job: tuple[Any, ...]) -> DataFile | None:
+    return mirror_file(*job)

@@ -153,8 +153,7 @@ class MirrorWriter:
                 waiting = matching(waiting, staged_keys, key, keep=False)
             hits = None if state.held is None else matching(staged_keys, state.held, key, keep=True)
             fresh = hits is not None and not hits.num_rows and all(f.fresh for f in staged)
-            as_files = fresh and not any(f.split for f in staged)  # a split's rows stay out of Python
-            if as_files and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
+            if fresh and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
                 files = [newer] if newer is not None and newer.num_rows else []
             else:
                 frame = staged_frame(self.spark, staged, plan, changelog=False)
