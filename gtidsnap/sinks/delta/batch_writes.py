@@ -150,7 +150,7 @@ class TableWriter:
         if not parts:
             return None
         rows = pa.concat_tables(parts).sort_by("_seq") if len(parts) > 1 else parts[0]
-        self.tables.append_arrow(path, rows, schema, batch, meta, self.txn)
+        self.tables.append_arrow(path, rows, schema, batch, meta, self.txn, key=shape.schema.key)
         crash_point("delta-after-changelog")
         return parts[0] if streamed else None
 

@@ -30,6 +30,7 @@ from gtidsnap.sinks.delta.writes import retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql import types as T
 
 STRING_STATS_CHARS = 32  # Delta's own prefix length of a string's statistics; longer ones are left out
 
@@ -56,6 +57,16 @@ class DataFile:
                 "stats": self.stats,
             }
         }
+
+
+def holds_plan(table: T.StructType | None, mirror: T.StructType) -> bool:
+    """Whether a mirror whose schema is ``table`` takes files of ``mirror``'s columns as they are (the
+    same names and types: no column to add or widen, which only a Spark write evolves)."""
+    if table is None:
+        return False
+    have = {f.name.casefold(): f.dataType for f in table.fields}
+    want = {f.name.casefold(): f.dataType for f in mirror.fields}
+    return have == want
 
 
 def write_data_file(

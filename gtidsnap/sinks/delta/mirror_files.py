@@ -26,17 +26,6 @@ PIECE_ROWS = 131_072  # rows of a staged file in memory at once
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql import types as T
-
-
-def holds_plan(table: T.StructType | None, mirror: T.StructType) -> bool:
-    """Whether a mirror whose schema is ``table`` takes files of ``mirror``'s columns as they are (the
-    same names and types: no column to add or widen, which only a Spark write evolves)."""
-    if table is None:
-        return False
-    have = {f.name.casefold(): f.dataType for f in table.fields}
-    want = {f.name.casefold(): f.dataType for f in mirror.fields}
-    return have == want
 
 
 def staged_mirror_rows(staged: StagedFile, plan: ColumnPlan) -> Iterator[pa.Table]:

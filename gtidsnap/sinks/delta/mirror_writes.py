@@ -35,7 +35,8 @@ from gtidsnap.sinks.delta.change_rows import (
     top_seqs,
 )
 from gtidsnap.sinks.delta.columns import ColumnPlan
-from gtidsnap.sinks.delta.mirror_files import append_staged_files, holds_plan
+from gtidsnap.sinks.delta.file_commits import holds_plan
+from gtidsnap.sinks.delta.mirror_files import append_staged_files
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns
 from gtidsnap.sinks.delta.util import same_key

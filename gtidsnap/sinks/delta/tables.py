@@ -20,6 +20,7 @@ from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
+from gtidsnap.sinks.delta.file_commits import commit_files, holds_plan, write_data_file
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, SOURCE_PROPERTY, clear_uncommitted_log, recorded_key
 from gtidsnap.sinks.delta.util import MATERIALIZE_SOURCE, TXN_APP_ID, TXN_VERSION, USER_METADATA
 from gtidsnap.sinks.delta.writes import evolved_schema, retry_conflicts
@@ -159,9 +160,17 @@ class DeltaTables:
         batch: int,
         meta: dict[str, Any],
         txn: bool = True,
+        key: Sequence[str] = (),
     ) -> None:
         """APPEND Arrow rows (a changelog's batch); with ``txn``, idempotent for the sink's app id and
-        ``batch``."""
+        ``batch``. Where the table has their columns as they are, as a data file written here and
+        committed through Delta's API (:mod:`gtidsnap.sinks.delta.file_commits`: a Spark job's fixed
+        cost is most of a small batch's); else by Spark, which evolves the table's schema."""
+        if holds_plan(self.delta_schema(path), schema):
+            written = write_data_file(path, [rows], rows.schema, stats_columns(key, mirror=False))
+            version = batch if txn else None
+            commit_files(self.spark, path, [written] if written else [], self.app_id, version, meta)
+            return
         frame = self.spark.createDataFrame(rows, schema=schema)
         self.append_frame(path, frame, batch, self.app_id, meta, txn)
 
