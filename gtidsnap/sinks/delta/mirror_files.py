@@ -9,6 +9,7 @@ driver's Python, which commits what the tasks report."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from gtidsnap.sinks.delta.file_commits import DataFile, commit_files, write_data
 from gtidsnap.sinks.delta.staging import StagedFile
 
 PIECE_ROWS = 131_072  # rows of a staged file in memory at once
+REWRITERS = 2  # staged files made data files at once (the last of a snapshot's work: every core helps)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,7 +90,9 @@ def append_staged_files(
     changed = None if changes is None or not changes.num_rows else changes.select(list(key))
     jobs = [(path, one, plan, changed, list(key), list(stats_columns)) for one in staged if one.split]
     files = _on_executors(spark, jobs) if jobs else []
-    files += [mirror_file(path, one, plan, changed, key, stats_columns) for one in staged if not one.split]
+    local = [one for one in staged if not one.split]
+    with ThreadPoolExecutor(max_workers=min(REWRITERS, len(local) or 1)) as pool:  # Arrow frees the GIL
+        files += pool.map(lambda one: mirror_file(path, one, plan, changed, key, stats_columns), local)
     if changes is not None:
         rows = conformed(changes.filter(pc.not_equal(changes.column("_op"), "d")), plan, changelog=False)
         files.append(write_data_file(path, [rows], plan_schema(plan, changelog=False), stats_columns))
