@@ -385,5 +385,6 @@ class StagedRenderer:
         )
         filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
         with filesystem.open_output_stream(path) as stream:
-            pq.write_table(table, stream, compression="snappy")
+            # read back once: no dictionaries or statistics (a third of pyarrow's writing time)
+            pq.write_table(table, stream, compression="snappy", use_dictionary=False, write_statistics=False)
         return keys, StagedRows(uri, batch.num_rows)

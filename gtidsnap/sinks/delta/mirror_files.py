@@ -21,9 +21,9 @@ from gtidsnap.sinks.arrow_columns import POSITION, UTC_TS, kept_numbers
 from gtidsnap.sinks.delta.change_rows import SEQ, conformed, matching, plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.file_commits import DataFile, commit_files, write_data_file
-from gtidsnap.sinks.delta.staging import StagedFile
+from gtidsnap.sinks.delta.staging import STAGED_ROW_GROUP, StagedFile
 
-PIECE_ROWS = 131_072  # rows of a staged file in memory at once
+PIECE_ROWS = STAGED_ROW_GROUP  # rows of a staged file in memory at once (a row group of it)
 REWRITERS = 2  # staged files made data files at once (the last of a snapshot's work: every core helps)
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def mirror_file(
     """One staged file written as a data file of the mirror at ``path``, the rows of ``changed`` keys
     left out (a deleted key's staged row too); run by the sink, or by a Spark task for a split."""
     rows = staged_mirror_rows(staged, plan)
-    parts = rows if changed is None else (matching(p, changed, key, keep=False) for p in rows)
+    parts = rows if changed is None else (_without(p, changed, key) for p in rows)
     return write_data_file(path, parts, plan_schema(plan, changelog=False), stats_columns)
 
 
@@ -101,6 +101,15 @@ def append_staged_files(
     app_id, version, meta = commit
     commit_files(spark, path, written, app_id, version, meta)
     return sum(f.rows for f in written)
+
+
+def _without(rows: pa.Table, changed: pa.Table, key: Sequence[str]) -> pa.Table:
+    """``rows`` but those of a ``changed`` key: a set lookup for a one-column key (a join and a sort
+    cost ~3x more), :func:`change_rows.matching` otherwise."""
+    if len(key) != 1:
+        return matching(rows, changed, key, keep=False)
+    values = changed.column(key[0]).combine_chunks()
+    return rows.filter(pc.invert(pc.is_in(rows.column(key[0]), value_set=values)))
 
 
 def _on_executors(spark: SparkSession, jobs: list[tuple[Any, ...]]) -> list[DataFile | None]:
