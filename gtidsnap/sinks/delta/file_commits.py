@@ -14,6 +14,7 @@ log never names, which no reader sees and ``VACUUM`` removes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
+ROW_GROUP_ROWS = 131_072  # rows of a data file's row group at least (written from smaller parts)
 STRING_STATS_CHARS = 32  # Delta's own prefix length of a string's statistics; longer ones are left out
 
 
@@ -82,10 +84,14 @@ def write_data_file(
         filesystem.open_output_stream(path) as stream,
         pq.ParquetWriter(stream, schema, compression="snappy", **_encoding(schema, stats_columns)) as writer,
     ):
-        for part in parts:
-            if part.num_rows:
-                writer.write_table(part)
+        held: list[pa.Table] = []  # parts gathered into a row group of ROW_GROUP_ROWS
+        for part in itertools.chain(parts, [None]):
+            if part is not None and part.num_rows:
+                held.append(part)
                 stats.add(part)
+            if held and (part is None or sum(t.num_rows for t in held) >= ROW_GROUP_ROWS):
+                writer.write_table(pa.concat_tables(held) if len(held) > 1 else held[0])
+                held = []
     if not stats.rows:
         filesystem.delete_file(path)
         return None

@@ -21,9 +21,10 @@ from gtidsnap.sinks.arrow_columns import POSITION, UTC_TS, kept_numbers
 from gtidsnap.sinks.delta.change_rows import SEQ, conformed, matching, plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.file_commits import DataFile, commit_files, write_data_file
-from gtidsnap.sinks.delta.staging import STAGED_ROW_GROUP, StagedFile
+from gtidsnap.sinks.delta.staging import StagedFile
 
-PIECE_ROWS = STAGED_ROW_GROUP  # rows of a staged file in memory at once (a row group of it)
+PIECE_ROWS = 32_768  # rows of a staged file in memory at once (read on the calling thread: Arrow's reading
+# threads and pieces of a whole row group cost ~100 MB of RSS more per file being rewritten)
 REWRITERS = 2  # staged files made data files at once (the last of a snapshot's work: every core helps)
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def staged_mirror_rows(staged: StagedFile, plan: ColumnPlan) -> Iterator[pa.Tabl
     before 2026-11-27: its kept rows numbered in order), its time its stamp, its dropped positions and
     those past ``positions`` left out (what :func:`mirror_writes.staged_frame` makes of it in Spark)."""
     dropped = pa.array(staged.dropped, pa.int64())
-    for batch in pq.ParquetFile(staged.path).iter_batches(batch_size=PIECE_ROWS):
+    for batch in pq.ParquetFile(staged.path).iter_batches(batch_size=PIECE_ROWS, use_threads=False):
         rows = pa.Table.from_batches([batch])
         if staged.split:
             position = rows.column(POSITION)
