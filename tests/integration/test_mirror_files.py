@@ -2,8 +2,9 @@
 through Delta's transaction API (gtidsnap.sinks.delta.mirror_files), against the Spark APPEND it
 replaces (the staged rows read by Spark, folded with the newer changes, appended), on random worlds:
 batches' staged files and Spark readers' splits (some empty), newer updates and deletes of staged
-keys, new keys inserted. Both tables must hold the same rows, value for value; the commit is
-idempotent per app id and version and says what it is (a WRITE with the batch's metadata)."""
+keys, new keys inserted, a column of every Delta type gtidsnap writes. Both tables must hold the
+same rows, value for value; the commit is idempotent per app id and version and says what it is (a
+WRITE with the batch's metadata)."""
 
 from __future__ import annotations
 
@@ -36,38 +37,72 @@ TABLE = TableId("d", "t")
 
 
 def _plan() -> ColumnPlan:
+    """A column of each Delta type gtidsnap writes (and a boolean)."""
     from pyspark.sql import types as T
 
     columns = (
         ("id", T.LongType(), "bigint"),
-        ("v", T.StringType(), "varchar(20)"),
+        ("b", T.ByteType(), "tinyint"),
+        ("sh", T.ShortType(), "smallint"),
         ("n", T.IntegerType(), "int"),
-        ("at", T.TimestampType(), "timestamp"),
+        ("f", T.FloatType(), "float"),
+        ("d", T.DoubleType(), "double"),
+        ("v", T.StringType(), "varchar(20)"),
+        ("bin", T.BinaryType(), "varbinary(20)"),
         ("day", T.DateType(), "date"),
-        ("price", T.DecimalType(10, 2), "decimal(10,2)"),
+        ("wall", T.TimestampNTZType(), "datetime(6)"),
+        ("at", T.TimestampType(), "timestamp(6)"),
+        ("flag", T.BooleanType(), "bool"),
+        ("big", T.DecimalType(20, 0), "bigint unsigned"),
+        ("price", T.DecimalType(38, 10), "decimal(38,10)"),
+        ("tags", T.ArrayType(T.StringType(), True), "set('a','b','c')"),
     )
     return ColumnPlan(tuple(PlannedColumn(n, t, Column(n, s, s, n != "id")) for n, t, s in columns), {})
 
 
-def _rows(rnd: random.Random, ids: list[int], plan: ColumnPlan, seqs: list[int], ops: list[str]) -> pa.Table:
-    n = len(ids)
-    epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    data: dict[str, Any] = {
-        "id": ids,
-        "v": [None if rnd.random() < 0.1 else f"v{rnd.randrange(10**6)}" for _ in range(n)],
-        "n": [rnd.randrange(-(2**31), 2**31) for _ in range(n)],
-        "at": [epoch + dt.timedelta(microseconds=rnd.randrange(10**12)) for _ in range(n)],
-        "day": [dt.date(2000, 1, 1) + dt.timedelta(days=rnd.randrange(9000)) for _ in range(n)],
-        "price": [None if rnd.random() < 0.2 else f"{rnd.randrange(10**8) / 100:.2f}" for _ in range(n)],
-        "_op": ops,
-        "_seq": seqs,
-        "_gtid": [None if op == "r" else f"0-1-{s}" for op, s in zip(ops, seqs, strict=True)],
-        "_source_ts": [epoch] * n,
-    }
+def _value(rnd: random.Random, kind: pa.DataType) -> Any:
+    """A random value of an Arrow column type (NULL one time in ten)."""
     from decimal import Decimal
 
-    data["price"] = [None if p is None else Decimal(p) for p in data["price"]]
-    return pa.table(data, schema=plan_schema(plan, changelog=False))
+    if rnd.random() < 0.1:
+        return None
+    if pa.types.is_boolean(kind):
+        return rnd.random() < 0.5
+    if pa.types.is_integer(kind):
+        return rnd.randrange(-(2 ** (kind.bit_width - 1)), 2 ** (kind.bit_width - 1))
+    if pa.types.is_floating(kind):
+        return float(rnd.randrange(-(10**6), 10**6)) / 8  # exact in float32 too
+    if pa.types.is_string(kind):
+        return "".join(rnd.choice("ab é€😀") for _ in range(rnd.randint(0, 12)))
+    if pa.types.is_binary(kind):
+        return rnd.randbytes(rnd.randint(0, 10))
+    if pa.types.is_date32(kind):
+        return dt.date(1970, 1, 1) + dt.timedelta(days=rnd.randrange(-1000, 30000))
+    if pa.types.is_timestamp(kind):
+        moment = dt.datetime(2000, 1, 1) + dt.timedelta(microseconds=rnd.randrange(10**15))
+        return moment.replace(tzinfo=dt.UTC) if kind.tz else moment
+    if pa.types.is_decimal(kind):
+        digits = rnd.randrange(-(10 ** (kind.precision - 1)), 10 ** (kind.precision - 1))
+        return Decimal(digits).scaleb(-kind.scale)
+    if pa.types.is_list(kind):
+        return sorted(rnd.sample(["a", "b", "c"], rnd.randint(0, 3)))
+    raise AssertionError(f"no values for {kind}")
+
+
+def _rows(rnd: random.Random, ids: list[int], plan: ColumnPlan, seqs: list[int], ops: list[str]) -> pa.Table:
+    schema = plan_schema(plan, changelog=False)
+    epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    data: dict[str, Any] = {"id": ids}
+    for column in plan.columns[1:]:
+        kind = schema.field(column.name).type
+        data[column.name] = [_value(rnd, kind) for _ in ids]
+    data.update(
+        _op=ops,
+        _seq=seqs,
+        _gtid=[None if op == "r" else f"0-1-{s}" for op, s in zip(ops, seqs, strict=True)],
+        _source_ts=[epoch] * len(ids),
+    )
+    return pa.table(data, schema=schema)
 
 
 def _world(rnd: random.Random, folder: Path, plan: ColumnPlan) -> tuple[list[StagedFile], pa.Table]:
