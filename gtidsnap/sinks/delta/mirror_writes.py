@@ -232,12 +232,15 @@ class MirrorWriter:
         self, batch: int, state: MirrorState, waiting: pa.Table | None, suffix: str, background: bool
     ) -> dict[str, Any]:
         """A mirror commit's user metadata: its batch and how far it then holds the changelog (every
-        change up to ``gtidsnap_merged_seq``) and the staged rows (up to ``gtidsnap_staged_seq``)."""
+        change up to ``gtidsnap_merged_seq``) and the staged rows (up to ``gtidsnap_staged_seq``).
+        With no change waiting, it holds every changelog record up to the staged rows' too: a change
+        below them was given before them, and the snapshot rows a changelog holds are those staged (a
+        restart would otherwise MERGE them again from the changelog, in a batch of its own)."""
         left = waiting if waiting is not None else (_concat(state.waiting) if state.waiting else None)
         merged = (
             int(left.column(SEQ).to_numpy().min()) - 1
             if left is not None and left.num_rows
-            else state.top_seq
+            else max(state.top_seq, state.staged_seq)
         )
         return {
             MIRROR_UPDATE if background else "gtidsnap_batch": batch,

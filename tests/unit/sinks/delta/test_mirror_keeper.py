@@ -53,3 +53,19 @@ def test_after_the_snapshot_the_merge_policy_rules() -> None:
     assert k._due(entry(0, 10, 16, staged_ago_s=None)) == (True, False)
     k._draining = True
     assert k._due(entry(5, 10, 0, staged_ago_s=0.1)) == (True, True), "the run drains: all at once"
+
+
+def test_a_commit_with_nothing_waiting_holds_the_changelog_up_to_its_staged_rows() -> None:
+    """The watermark a mirror commit records: below the first change still waiting; with none, up to
+    the newest change given or the newest staged row taken in, whichever is later (the changelog's
+    snapshot rows are the staged ones: a restart must not MERGE them again)."""
+    from gtidsnap.sinks.delta.catch_up import MERGED_SEQ
+    from gtidsnap.sinks.delta.mirror_writes import MirrorWriter
+
+    writer = MirrorWriter(None, None, "app")  # type: ignore[arg-type]
+    state = MirrorState(top_seq=10, staged_seq=20)
+    assert writer._meta(3, state, None, "", False)[MERGED_SEQ] == 20
+    state = MirrorState(top_seq=30, staged_seq=20)
+    assert writer._meta(3, state, None, "", False)[MERGED_SEQ] == 30
+    state.wait(pa.table({"id": [1, 2], "_seq": pa.array([25, 31], pa.int64())}))
+    assert writer._meta(3, state, None, "", False)[MERGED_SEQ] == 24, "below what still waits"
