@@ -175,32 +175,27 @@ def test_files_hold_what_the_spark_append_held(spark: SparkSession, tmp_path: Pa
     frame.where(F.col("_op") != "d").write.format("delta").mode("append").save(by_spark)
 
     meta = {"gtidsnap_batch": 7, "seed": seed}
-    appended = append_staged_files(
-        spark,
-        by_files,
-        staged,
-        changes,
-        plan,
-        KEY,
-        stats_columns(KEY, mirror=True),
-        ("app:snapshot", 7, meta),
-    )
+
+    def append() -> int:  # as batch 7 of app id "app:snapshot"
+        return append_staged_files(
+            spark,
+            by_files,
+            staged,
+            changes,
+            plan,
+            KEY,
+            stats_columns(KEY, mirror=True),
+            ("app:snapshot", 7, meta),
+        )
+
+    appended = append()
     want = _table_rows(spark, by_spark)
     assert _table_rows(spark, by_files) == want
     assert appended == len(want)
 
     # idempotent per app id and version: the same call again commits nothing
     versions = spark.sql(f"DESCRIBE HISTORY delta.`{by_files}`").collect()
-    append_staged_files(
-        spark,
-        by_files,
-        staged,
-        changes,
-        plan,
-        KEY,
-        stats_columns(KEY, mirror=True),
-        ("app:snapshot", 7, meta),
-    )
+    append()
     history = spark.sql(f"DESCRIBE HISTORY delta.`{by_files}`").collect()
     assert len(history) == len(versions) and _table_rows(spark, by_files) == want
     top = max(history, key=lambda r: r["version"])
