@@ -444,6 +444,42 @@ def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
     reopened.close()
 
 
+def test_new_keys_appended_each_batch_while_the_mirror_holds_only_this_runs_keys(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A mirror this run created knows every key it holds: a batch's changes of other keys go in by
+    APPEND at once (a key inserted and deleted: nothing), the changes of keys it holds wait for the
+    MERGE (here only at ``drain``), newest ``_seq`` winning."""
+    sink = make_sink(spark, tmp_path, merge_interval_s=3600)
+    mirror = mirror_path(sink.root, ORDERS)
+    sink.open(None)
+    sink.write([change("c", k, None, row(k, f"new {k}")) for k in (1, 2, 3)])
+    assert sink.commit() == {"delta_batch": 1}
+    assert read(spark, mirror, "id", "name", "_seq") == [(1, "new 1", 1), (2, "new 2", 2), (3, "new 3", 3)]
+    assert history(spark, mirror)[-1][1] == "WRITE", "appended, not MERGEd"
+    assert feed(spark, mirror, 1) == [(k, "insert", f"new {k}") for k in (1, 2, 3)]
+
+    sink.write([change("u", 4, row(2, "new 2"), row(2, "changed 2")), change("c", 5, None, row(4, "new 4"))])
+    sink.write([change("d", 6, row(3, "new 3"), None), change("c", 7, None, row(5, "gone"))])
+    sink.write([change("d", 8, row(5, "gone"), None), change("u", 9, row(4, "new 4"), row(4, "newer 4"))])
+    assert sink.commit() == {"delta_batch": 2}
+    assert read(spark, mirror, "id", "name") == [(1, "new 1"), (2, "new 2"), (3, "new 3"), (4, "newer 4")]
+    appended = history(spark, mirror)[-1]
+    assert appended[1] == "WRITE" and appended[2]["gtidsnap_merged_seq"] == 3, "2 and 3 still wait"
+    sink.write([change("u", 10, row(4, "newer 4"), row(4, "newest 4"))])  # 4 is held now: it waits
+    assert sink.commit() == {"delta_batch": 3}
+    assert ("newest 4",) not in read(spark, mirror, "name")
+    sink.drain()
+    assert sink.commit() == {"delta_batch": 4}
+    assert history(spark, mirror)[-1][1] == "MERGE"
+    assert read(spark, mirror, "id", "name", "_seq") == [
+        (1, "new 1", 1),
+        (2, "changed 2", 4),
+        (4, "newest 4", 10),
+    ]
+    sink.close()
+
+
 def test_snapshot_rows_kept_out_of_the_changelog(spark: SparkSession, tmp_path: Path) -> None:
     """sink.changelog_snapshot_rows = false (the default): snapshot rows reach the mirror only, staged
     until appended (here at once: ``snapshot_rows`` = 1), an older waiting change of a key folded in."""
@@ -842,7 +878,8 @@ def test_staged_splits_go_in_without_the_rows_their_windows_dropped(
 
     from gtidsnap.sinks.arrow_columns import POSITION
     from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
-    from gtidsnap.sinks.delta.mirror_writes import _keys_of, staged_frame
+    from gtidsnap.sinks.delta.mirror_files import staged_keys_of
+    from gtidsnap.sinks.delta.mirror_writes import staged_frame
     from gtidsnap.sinks.delta.staging import StagedFile
 
     plan = ColumnPlan((PlannedColumn("id", T.LongType(), Column("id", "bigint", "bigint", False)),), {})
@@ -867,7 +904,7 @@ def test_staged_splits_go_in_without_the_rows_their_windows_dropped(
             split=True, dropped=dropped, positions=count, by_position=by_position,
         )  # fmt: skip
         mine = [(n * 10**6 + p, first + (p if by_position else i)) for i, p in enumerate(kept)]
-        keys = _keys_of(split, ["id"])
+        keys = staged_keys_of(split, ["id"])
         pairs = zip(keys.column("id").to_pylist(), keys.column("_seq").to_pylist(), strict=True)
         assert sorted(pairs) == mine, f"{name}: the driver's numbering (keys only)"
         splits.append(split)

@@ -121,3 +121,21 @@ def _on_executors(spark: SparkSession, jobs: list[tuple[Any, ...]]) -> list[Data
 
 def _mirror_file_job(job: tuple[Any, ...]) -> DataFile | None:
     return mirror_file(*job)
+
+
+def staged_keys_of(staged: StagedFile, key: Sequence[str]) -> pa.Table:
+    """The key columns and ``_seq`` of a staged file's rows (of a split: the positions its windows
+    kept, numbered from its ``first_seq`` by position)."""
+    if not staged.split:
+        return pq.read_table(staged.path, columns=[*key, SEQ])
+    rows = pq.read_table(staged.path, columns=[*key, POSITION])
+    position = rows.column(POSITION)
+    if staged.dropped or staged.positions < rows.num_rows:
+        dropped = pc.is_in(position, pa.array(staged.dropped, pa.int64()))
+        rows = rows.filter(pc.and_(pc.less(position, staged.positions), pc.invert(dropped)))
+    position = rows.column(POSITION)
+    if staged.by_position:
+        seqs = pc.add(position, pa.scalar(staged.first_seq, pa.int64()))
+    else:
+        seqs = kept_numbers(position, staged.dropped, staged.first_seq)
+    return rows.select(list(key)).append_column(SEQ, seqs)

@@ -246,8 +246,10 @@ class MirrorKeeper:
         for table in sorted(self._entries):
             entry = self._entries[table]
             merge, staged = self._due(entry)
-            if merge or staged:
-                self._update(table, entry, batch, merge)
+            state = entry.state
+            append = state.unseen and state.held is not None and state.held_is_all and not state.staged
+            if merge or staged or append:
+                self._update(table, entry, batch, merge, append)
                 worked = True
         return worked
 
@@ -273,7 +275,7 @@ class MirrorKeeper:
             return merge, False
         return merge, eager or merge or not coming or state.staged_rows >= self.settings.snapshot_rows
 
-    def _update(self, table: TableId, entry: MirrorEntry, batch: int, merge: bool) -> None:
+    def _update(self, table: TableId, entry: MirrorEntry, batch: int, merge: bool, append: bool) -> None:
         mirror = mirror_path(self.root, table)
         state = entry.state
         log.debug(
@@ -295,7 +297,7 @@ class MirrorKeeper:
             if catch_up is not None:
                 crash_point("delta-before-catch-up")
             done = self.writer.update(
-                mirror, entry.shape.schema.key, entry.plan, state, batch, merge, self.background
+                mirror, entry.shape.schema.key, entry.plan, state, batch, merge, self.background, append
             )
             if catch_up is not None:
                 crash_point("delta-after-catch-up")

@@ -16,10 +16,12 @@ The rule (``plan`` below, plain data, property-tested against a mirror that merg
    winning, a folded delete included.
 3. When the merge is due, the other waiting changes (newest per key) are MERGEd too; their keys join
    ``held``. While ``held`` names every key the mirror holds (``held_is_all``: a mirror created by
-   this run, before any staged rows went in), the first update with staged rows APPENDs the due
-   changes of keys ``held`` does not name instead (a delete: dropped), since the mirror cannot hold
-   them: the rows inserted behind a snapshot's chunks go in with it. (Only then: a mirror that only
-   streams is MERGEd, and ``held`` stays small.)
+   this run, before any staged rows went in), the due changes of keys ``held`` does not name are
+   APPENDed instead (a delete: dropped), since the mirror cannot hold them: the rows inserted behind
+   a snapshot's chunks go in with its staged rows, and a mirror that only streams takes its new keys
+   by APPEND. Such an update may also come before the merge is due (``append_due``): the changes of
+   keys ``held`` does not name are then APPENDed and leave the waiting ones, the others keep waiting
+   for the MERGE: new rows reach the mirror at the pace of its appends, not of its MERGEs.
 
 Appending a row is what the MERGE would do with it (an insert), which is what makes it safe; it spares
 reading and rewriting the mirror's files, so a snapshot goes in at the speed of Spark's append, and
@@ -72,6 +74,7 @@ def plan(
     held: set[Key] | None,
     merge_due: bool,
     held_is_all: bool = False,
+    append_due: bool = False,
 ) -> Update:
     """The update of one mirror (see the module docstring); ``held`` gains the keys merged or appended
     from the changes."""
@@ -94,7 +97,7 @@ def plan(
     if merge_due:
         due = sorted(newest(left).values(), key=lambda c: c.seq)
         if held is not None:
-            if all_held and staged:  # a key it cannot hold: appended (a delete: nothing)
+            if all_held:  # a key it cannot hold: appended (a delete: nothing)
                 append += [c for c in due if c.key not in held and c.op != "d"]
                 merge += [c for c in due if c.key in held]
             else:
@@ -103,6 +106,12 @@ def plan(
         else:
             merge += due
         left = []
+    elif append_due and all_held and held is not None:  # new keys now, the others at the MERGE
+        new = [c for c in sorted(newest(left).values(), key=lambda c: c.seq) if c.key not in held]
+        append += [c for c in new if c.op != "d"]
+        held.update(c.key for c in new)
+        gone = {c.key for c in new}
+        left = [c for c in left if c.key not in gone]
     return Update(tuple(append), tuple(merge), tuple(left), all_held and not staged)
 
 

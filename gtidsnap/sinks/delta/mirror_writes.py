@@ -1,6 +1,7 @@
 """A table's mirror between batches, and its update in Spark: the rule of
 :mod:`gtidsnap.sinks.delta.mirror_update` (staged snapshot rows folded with newer changes, APPENDed
-where the mirror cannot hold their key, the rest and the due changes MERGEd), run on Arrow tables in
+where the mirror cannot hold their key, the rest and the due changes MERGEd, the changes of keys it
+cannot hold APPENDed each batch), run on Arrow tables in
 this process where they are small (the waiting changes, keys) and in Spark where they are large (the
 staged rows, read from their Parquet files, never into Python).
 """
@@ -11,12 +12,11 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -36,7 +36,7 @@ from gtidsnap.sinks.delta.change_rows import (
 )
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.file_commits import holds_plan
-from gtidsnap.sinks.delta.mirror_files import append_staged_files
+from gtidsnap.sinks.delta.mirror_files import append_staged_files, staged_keys_of
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns
 from gtidsnap.sinks.delta.util import same_key
@@ -67,19 +67,10 @@ class MirrorState:
     top_seq: int = -1  # the greatest _seq of a change given to the changelog
     staged_seq: int = -1  # staged rows up to this _seq are in the mirror
     applied: list[StagedFile] = field(default_factory=list)  # to delete once no checkpoint names them
+    unseen: bool = False  # changes came since the last update looked for keys it cannot hold
 
     def __copy__(self) -> MirrorState:
-        return MirrorState(
-            list(self.waiting),
-            self.waiting_since,
-            list(self.staged),
-            self.held,
-            self.held_known,
-            self.held_is_all,
-            self.top_seq,
-            self.staged_seq,
-            list(self.applied),
-        )
+        return replace(self, waiting=list(self.waiting), staged=list(self.staged), applied=list(self.applied))
 
     @property
     def waiting_rows(self) -> int:
@@ -92,6 +83,7 @@ class MirrorState:
     def wait(self, rows: pa.Table) -> None:
         if rows.num_rows:
             self.waiting.append(rows)
+            self.unseen = True
             if self.waiting_since is None:
                 self.waiting_since = time.monotonic()
             self.top_seq = max(self.top_seq, int(rows.column(SEQ).to_numpy().max()))
@@ -130,11 +122,13 @@ class MirrorWriter:
         batch: int,
         merge_due: bool,
         background: bool = False,
+        append_due: bool = False,
     ) -> UpdateResult:
         """One update of the mirror at ``path``; ``state`` moves past it. Inline, its commits belong to
         batch ``batch`` (idempotent for it, undone with it); in the background (of checkpointed data
         only) they are tagged ``gtidsnap_mirror`` with the checkpointed batch ``batch`` and never undone:
-        their watermarks say what the mirror holds."""
+        their watermarks say what the mirror holds. ``append_due`` (the MERGE not due): the waiting
+        changes of keys the mirror cannot hold are APPENDed now, the others keep waiting."""
         txn = not background
         key = list(key)
         waiting = conformed(_concat(state.waiting), plan, changelog=False) if state.waiting else None
@@ -146,7 +140,7 @@ class MirrorWriter:
         staged = state.staged
         files: list[pa.Table] | None = None  # rows APPENDed as data files with the staged ones
         if staged:
-            staged_tops = top_seqs(_concat([_keys_of(f, key) for f in staged]), key)
+            staged_tops = top_seqs(_concat([staged_keys_of(f, key) for f in staged]), key)
             staged_keys = staged_tops.select(list(key))
             newer = None
             if waiting is not None:
@@ -171,14 +165,28 @@ class MirrorWriter:
             state.applied.extend(staged)
             state.staged = []
         unmerged = waiting  # what the APPEND's commit says the mirror does not hold yet, a MERGE following
+        all_held = state.held is not None and state.held_is_all
+        if all_held and not staged and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
+            files = [] if merge_due or append_due else None  # new keys as data files
+        if not merge_due and append_due and all_held and waiting is not None and waiting.num_rows:
+            inserts, gone = _new_keys(newest_per_key(waiting, key), state, key, path)
+            if inserts.num_rows and files is not None:
+                files.append(inserts)
+            elif inserts.num_rows:
+                appends.append(self.spark.createDataFrame(inserts, schema=spark_schema(plan)))
+                appended += inserts.num_rows
+            waiting = unmerged = matching(waiting, gone, key, keep=False)
+        if merge_due or append_due:
+            state.unseen = False
         if merge_due and waiting is not None and waiting.num_rows:
             changes = newest_per_key(waiting, key)
             keys = key_rows(changes, key)
-            appending = bool(appends) or files is not None
-            if appending and state.held is not None and state.held_is_all:  # keys it cannot hold: appended
-                new = matching(changes, state.held, key, keep=False)
-                changes = matching(changes, state.held, key, keep=True)
-                inserts = new.filter(pc.not_equal(new.column("_op"), "d"))
+            # keys it cannot hold: appended (beside staged rows only when those are appended too: an
+            # APPEND before the MERGE of staged rows would say they are in while the MERGE's were not)
+            if all_held and (not staged or bool(appends) or files is not None):
+                held = matching(changes, state.held, key, keep=True)
+                inserts, _ = _new_keys(changes, state, key, path)
+                changes = held
                 if inserts.num_rows and files is not None:
                     files.append(inserts)
                 elif inserts.num_rows:
@@ -188,17 +196,13 @@ class MirrorWriter:
                 merge_parts.append(self.spark.createDataFrame(changes, schema=spark_schema(plan)))
                 merge_keys.append(key_rows(changes, key))
             if state.held is not None:
-                state.held = key_rows(_concat([state.held, keys]), key)
-                if state.held.num_rows > HELD_KEYS_CAP:
-                    log.info(
-                        "%s: over %d keys merged; its staged rows are merged from now on", path, HELD_KEYS_CAP
-                    )
-                    state.held = None
+                _hold(state, keys, key, path)
             waiting = None
         state.waiting = [waiting] if waiting is not None and waiting.num_rows else []
         if not state.waiting:
             state.waiting_since = None
-        if files is not None:
+        as_files = files is not None and (bool(staged) or any(t.num_rows for t in files))
+        if files is not None and as_files:
             meta = self._meta(batch, state, unmerged if merge_parts else None, SNAPSHOT_APP, background)
             rows = [conformed(t, plan, changelog=False) for t in files]
             commit = (self.app_id + SNAPSHOT_APP, batch if txn else None, meta)
@@ -224,7 +228,7 @@ class MirrorWriter:
             meta = self._meta(batch, state, None, "", background)
             self.tables.merge_frame(path, source, condition, batch, meta, txn)
             merged = sum(t.num_rows for t in merge_keys)
-        if appends or merge_parts or files is not None:
+        if appends or merge_parts or as_files:
             crash_point("delta-after-mirror")
         return UpdateResult(appended, merged)
 
@@ -258,22 +262,26 @@ class MirrorWriter:
         return frame.join(changed, on=list(key), how="left_anti").unionByName(changes)
 
 
-def _keys_of(staged: StagedFile, key: Sequence[str]) -> pa.Table:
-    """The key columns and ``_seq`` of a staged file's rows (of a split: the positions its windows
-    kept, numbered from its ``first_seq`` by position)."""
-    if not staged.split:
-        return pq.read_table(staged.path, columns=[*key, SEQ])
-    rows = pq.read_table(staged.path, columns=[*key, POSITION])
-    position = rows.column(POSITION)
-    if staged.dropped or staged.positions < rows.num_rows:
-        dropped = pc.is_in(position, pa.array(staged.dropped, pa.int64()))
-        rows = rows.filter(pc.and_(pc.less(position, staged.positions), pc.invert(dropped)))
-    position = rows.column(POSITION)
-    if staged.by_position:
-        seqs = pc.add(position, pa.scalar(staged.first_seq, pa.int64()))
-    else:
-        seqs = kept_numbers(position, staged.dropped, staged.first_seq)
-    return rows.select(list(key)).append_column(SEQ, seqs)
+def _hold(state: MirrorState, keys: pa.Table, key: Sequence[str], path: str) -> None:
+    """``held`` gains ``keys``; past :data:`HELD_KEYS_CAP` it is let go (the mirror's keys unknown)."""
+    assert state.held is not None
+    state.held = key_rows(_concat([state.held, keys]), key)
+    if state.held.num_rows > HELD_KEYS_CAP:
+        log.info("%s: over %d keys held; its changes and staged rows are merged now", path, HELD_KEYS_CAP)
+        state.held = None
+
+
+def _new_keys(
+    changes: pa.Table, state: MirrorState, key: Sequence[str], path: str
+) -> tuple[pa.Table, pa.Table]:
+    """Of the newest changes of their keys, those the mirror cannot hold (``held``, naming every key it
+    holds, does not name them): the rows to APPEND (a delete: none) and their keys, which ``held`` gains."""
+    assert state.held is not None
+    new = matching(changes, state.held, key, keep=False)
+    gone = key_rows(new, key)
+    if gone.num_rows:
+        _hold(state, gone, key, path)
+    return new.filter(pc.not_equal(new.column("_op"), "d")), gone
 
 
 def staged_frame(

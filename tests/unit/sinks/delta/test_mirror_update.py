@@ -55,7 +55,8 @@ def world(rnd: random.Random, steps: int, unknown_held: bool) -> None:
         nonlocal staged, waiting, held_is_all
         if held is not None and held_is_all:
             assert set(mirror) <= held | {r.key for r in staged}, "held names every key of the mirror"
-        done = plan(staged, waiting, held, merge_due, held_is_all)
+        append_due = not merge_due and rnd.random() < 0.5
+        done = plan(staged, waiting, held, merge_due, held_is_all, append_due)
         held_is_all = done.held_is_all
         for row in done.append:
             assert row.key not in mirror, f"an APPEND met key {row.key} in the mirror"
@@ -153,10 +154,29 @@ def test_while_held_names_every_key_changes_of_other_keys_are_appended() -> None
     assert done.merge == (Row(5, 3, "u", "e"),), "a key the mirror may hold is merged; 7's delete dropped"
     assert held == {5, 6, 7} and not done.held_is_all, "staged rows went in: their keys are not kept"
     done = plan([], [Row(8, 9, "c", "h")], held, merge_due=True, held_is_all=True)
-    assert done.append == () and done.merge == (Row(8, 9, "c", "h"),), "no staged rows: merged"
+    assert done.append == (Row(8, 9, "c", "h"),) and done.merge == (), "no staged rows: a new key appended"
     assert done.held_is_all and 8 in held
     done = plan([], [Row(9, 10, "c", "i")], held, merge_due=True, held_is_all=False)
     assert done.append == () and done.merge == (Row(9, 10, "c", "i"),)
+
+
+def test_before_the_merge_is_due_new_keys_are_appended_and_the_others_wait() -> None:
+    held: set[Key] = {5}
+    waiting = [
+        Row(5, 3, "u", "e"),
+        Row(6, 4, "c", "f"),
+        Row(6, 5, "u", "F"),
+        Row(7, 6, "c", "g"),
+        Row(7, 7, "d"),
+    ]
+    done = plan([], waiting, held, merge_due=False, held_is_all=True, append_due=True)
+    assert done.append == (Row(6, 5, "u", "F"),), (
+        "a new key's newest change; 7 inserted then deleted: nothing"
+    )
+    assert done.merge == () and done.waiting == (Row(5, 3, "u", "e"),), "a held key waits for the MERGE"
+    assert held == {5, 6, 7} and done.held_is_all
+    done = plan([], list(waiting), {5}, merge_due=False, held_is_all=False, append_due=True)
+    assert done.append == () and done.waiting == tuple(waiting), "keys not all known: everything waits"
 
 
 def test_merge_policy() -> None:
