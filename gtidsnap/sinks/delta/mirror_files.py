@@ -71,7 +71,7 @@ def mirror_file(
     """One staged file written as a data file of the mirror at ``path``, the rows of ``changed`` keys
     left out (a deleted key's staged row too); run by the sink, or by a Spark task for a split."""
     rows = staged_mirror_rows(staged, plan)
-    parts = rows if changed is None else (_without(p, changed, key) for p in rows)
+    parts = rows if changed is None else (_among(p, changed, key, keep=False) for p in rows)
     return write_data_file(path, parts, plan_schema(plan, changelog=False), stats_columns)
 
 
@@ -104,13 +104,32 @@ def append_staged_files(
     return sum(f.rows for f in written)
 
 
-def _without(rows: pa.Table, changed: pa.Table, key: Sequence[str]) -> pa.Table:
-    """``rows`` but those of a ``changed`` key: a set lookup for a one-column key (a join and a sort
-    cost ~3x more), :func:`change_rows.matching` otherwise."""
+def _among(rows: pa.Table, keys: pa.Table, key: Sequence[str], keep: bool) -> pa.Table:
+    """The rows of ``rows`` whose key is among ``keys`` (``keep``), or is not: a set lookup for a
+    one-column key (a join and a sort cost ~3x more), :func:`change_rows.matching` otherwise."""
     if len(key) != 1:
-        return matching(rows, changed, key, keep=False)
-    values = changed.column(key[0]).combine_chunks()
-    return rows.filter(pc.invert(pc.is_in(rows.column(key[0]), value_set=values)))
+        return matching(rows, keys, key, keep=keep)
+    found = pc.is_in(rows.column(key[0]), value_set=keys.column(key[0]).combine_chunks())
+    return rows.filter(found if keep else pc.invert(found))
+
+
+def staged_meeting(
+    staged: Sequence[StagedFile], key: Sequence[str], asked: pa.Table | None, held: pa.Table | None
+) -> tuple[pa.Table | None, bool]:
+    """What an update needs of the staged rows' keys, read a file at a time (a snapshot's keys are
+    never all in memory at once): the keys and ``_seq`` of the rows whose key is among ``asked`` (the
+    waiting changes'; None: none asked), and whether any of their keys is in ``held``."""
+    met: list[pa.Table] = []
+    held_met = False
+    for one in staged:
+        rows = staged_keys_of(one, key)
+        if asked is not None and asked.num_rows:
+            met.append(_among(rows, asked, key, keep=True))
+        if held is not None and held.num_rows and not held_met:
+            held_met = _among(rows.select(list(key)), held, key, keep=True).num_rows > 0
+    if asked is None:
+        return None, held_met
+    return (pa.concat_tables(met) if met else None), held_met
 
 
 def _on_executors(spark: SparkSession, jobs: list[tuple[Any, ...]]) -> list[DataFile | None]:

@@ -36,7 +36,7 @@ from gtidsnap.sinks.delta.change_rows import (
 )
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.file_commits import holds_plan
-from gtidsnap.sinks.delta.mirror_files import append_staged_files, staged_keys_of
+from gtidsnap.sinks.delta.mirror_files import append_staged_files, staged_meeting
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns
 from gtidsnap.sinks.delta.util import same_key
@@ -140,14 +140,14 @@ class MirrorWriter:
         staged = state.staged
         files: list[pa.Table] | None = None  # rows APPENDed as data files with the staged ones
         if staged:
-            staged_tops = top_seqs(_concat([staged_keys_of(f, key) for f in staged]), key)
-            staged_keys = staged_tops.select(list(key))
+            asked = key_rows(waiting, key) if waiting is not None else None
+            met, held_met = staged_meeting(staged, key, asked, state.held)
             newer = None
-            if waiting is not None:
+            if waiting is not None and met is not None:
+                staged_tops = top_seqs(met, key)
                 newer = newer_than(newest_per_key(waiting, key), staged_tops, key)
-                waiting = matching(waiting, staged_keys, key, keep=False)
-            hits = None if state.held is None else matching(staged_keys, state.held, key, keep=True)
-            fresh = hits is not None and not hits.num_rows and all(f.fresh for f in staged)
+                waiting = matching(waiting, staged_tops.select(list(key)), key, keep=False)
+            fresh = state.held is not None and not held_met and all(f.fresh for f in staged)
             if fresh and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
                 files = [newer] if newer is not None and newer.num_rows else []
             else:
