@@ -2,8 +2,9 @@
 in the changelog and in the mirror, at 1,000 / 2,000 / 5,000 / 10,000 rows/s (``--latency-rates``).
 
 Per offered rate, one ``gtidsnap run`` (streaming, Delta sink, every setting at its default: a commit
-every ``sink.batch_ms`` = 1 s appends each batch to the table's changelog; the mirror MERGEs the
-changes that wait every ``sink.merge_interval_s`` = 15 s, or once ``sink.merge_rows`` wait) follows
+every ``sink.batch_ms`` = 1 s appends each batch to the table's changelog; the mirror, created by the
+run, takes the rows of new keys by APPEND every batch and MERGEs the changes of keys it holds every
+``sink.merge_interval_s`` = 15 s, or once ``sink.merge_rows`` wait) follows
 a fresh empty table ``bench.lat``, into a fresh Delta folder and checkpoint. Once it runs, a writer
 inserts rows at that rate into the table on the primary for ``--latency-seconds``, in 100
 transactions/s (rate / 100 rows each: 50 at 5,000 rows/s, as before), logging the wall time right
@@ -11,8 +12,9 @@ after each COMMIT returned: the source commit time of its rows. The writer may f
 offered rate on a small machine: the rate it reached is reported beside it.
 
 When gtidsnap's checkpoint covers the writer's last transaction (the changelog then holds every row),
-the harness waits for the mirror's first MERGE of a batch at or after the changelog's last one (the
-mirror then holds every row as well), stops gtidsnap (Ctrl-C), and reads the Delta tables once. Per
+the harness waits for the mirror's first commit that holds every change up to the changelog's highest
+``_seq`` (a MERGE, or an APPEND of new keys: its ``gtidsnap_merged_seq``; the mirror then holds every
+row as well), stops gtidsnap (Ctrl-C), and reads the Delta tables once. Per
 inserted row (by its id):
 
 * changelog: the timestamp of the changelog commit that added the row minus its source commit time.
@@ -30,7 +32,7 @@ count with the time they had waited so far (also those the stop's final MERGE sh
 figure says ``lower_bound``.
 
 Steady state: before the measured writer starts, one warm-up transaction is written and waited for,
-in the changelog and in the mirror, so neither the Delta tables' creation nor the first MERGE is in
+in the changelog and in the mirror, so neither the Delta tables' creation nor the first update is in
 the figures. If gtidsnap cannot keep up, its backlog grows for as long as the writer runs, and so do
 the latencies: the result gives the rate gtidsnap sustained (rows in the changelog over writer start
 to caught up) and ``backlog_growth_s``, the median changelog latency of the writer's last quarter of
@@ -53,6 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from bench_lib import cli_run, delta_log, writer
 from bench_lib.context import Context, spark, stop_spark
 from bench_lib.env import DATABASE
@@ -60,6 +65,7 @@ from bench_lib.stats import percentile, quantiles
 from bench_lib.tables import recreate_empty
 from gtidsnap.core.model import TableId
 from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.sinks.delta.catch_up import MERGED_SEQ
 
 log = logging.getLogger("bench.latency")
 
@@ -119,18 +125,28 @@ def _wait_caught_up(ctx: Context, checkpoint: Path, run: cli_run.CliRun, timeout
     return None
 
 
-def _wait_merged(run: cli_run.CliRun, mirror: str, changelog: str, timeout: float) -> float | None:
-    """Seconds until the mirror has every row of the changelog: a MERGE of a batch at or after the
-    changelog's last (a due MERGE takes every change that waits); None if none came within ``timeout``."""
-    batches = [c.batch for c in delta_log.commits(changelog) if c.batch is not None]
-    if not batches:
-        raise RuntimeError(f"{changelog} has no commit of a gtidsnap batch; see {run.log}")
-    target = max(batches)
+def _changelog_top_seq(changelog: str) -> int:
+    """The highest ``_seq`` in the changelog: in the files of its newest commit that added any (a
+    batch's changes go in ``_seq`` order)."""
+    found = [c for c in delta_log.commits(changelog) if c.added]
+    if not found:
+        raise RuntimeError(f"{changelog} has no commit that added rows")
+    names = set(found[-1].added)
+    files = [p for p in Path(changelog).rglob("*.parquet") if p.name in names]
+    return max(pc.max(pq.read_table(f, columns=["_seq"]).column("_seq")).as_py() for f in files)
+
+
+def _wait_mirrored(run: cli_run.CliRun, mirror: str, changelog: str, timeout: float) -> float | None:
+    """Seconds until the mirror has every row of the changelog: a mirror commit (a MERGE, or an APPEND
+    of new keys) that holds every change up to the changelog's highest ``_seq`` (its
+    ``gtidsnap_merged_seq``); None if none came within ``timeout``."""
+    top = _changelog_top_seq(changelog)
     started, seen = time.monotonic(), -1
     while time.monotonic() - started < timeout:
         for c in delta_log.commits(mirror, after=seen):
             seen = c.version
-            if c.operation == "MERGE" and c.batch is not None and c.batch >= target:
+            merged = c.metadata.get(MERGED_SEQ)
+            if isinstance(merged, int) and merged >= top:
                 return time.monotonic() - started
         if not run.alive():
             raise RuntimeError(f"gtidsnap stopped while streaming; see {run.log}")
@@ -164,9 +180,9 @@ def _run(ctx: Context, rate: float) -> _Run:
             raise RuntimeError(
                 f"gtidsnap did not stream one transaction in {WARM_UP_TIMEOUT_S:.0f}s; see {run.log}"
             )
-        if _wait_merged(run, mirror, changelog, WARM_UP_TIMEOUT_S) is None:
+        if _wait_mirrored(run, mirror, changelog, WARM_UP_TIMEOUT_S) is None:
             raise RuntimeError(
-                f"the mirror did not MERGE the warm-up transaction in {WARM_UP_TIMEOUT_S:.0f}s; see {run.log}"
+                f"the mirror did not take the warm-up transaction in {WARM_UP_TIMEOUT_S:.0f}s; see {run.log}"
             )
         warm_up_s = time.monotonic() - warm_up_started
         started = time.monotonic()
@@ -183,7 +199,7 @@ def _run(ctx: Context, rate: float) -> _Run:
         written = w.wait(timeout=ctx.latency_s + 600)
         catch_up = _wait_caught_up(ctx, checkpoint, run, ctx.timeout)
         streamed_s = time.monotonic() - started
-        mirror_wait = _wait_merged(run, mirror, changelog, ctx.timeout) if catch_up is not None else None
+        mirror_wait = _wait_mirrored(run, mirror, changelog, ctx.timeout) if catch_up is not None else None
         stopped_at = time.time()  # rows not visible by now have a latency of at least now - commit
     finally:
         run.interrupt()
