@@ -61,8 +61,11 @@ a mirror lacks, ``current_state``), ``sink`` (:class:`DeltaSink`), ``tables`` an
 Delta writes), ``util`` (what several of them share).
 """
 
-from gtidsnap.sinks.delta.catch_up import current_state
-from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn, plan_columns
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from gtidsnap.sinks.delta.layout import (
     CHANGELOG_SUFFIX,
     KEY_PROPERTY,
@@ -78,8 +81,32 @@ from gtidsnap.sinks.delta.layout import (
     list_tables,
     mirror_path,
 )
-from gtidsnap.sinks.delta.session import job_spark_session
-from gtidsnap.sinks.delta.sink import POSITION_KEY, DeltaSink
+
+if TYPE_CHECKING:
+    from gtidsnap.sinks.delta.catch_up import current_state
+    from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn, plan_columns
+    from gtidsnap.sinks.delta.session import job_spark_session
+    from gtidsnap.sinks.delta.sink import POSITION_KEY, DeltaSink
+
+# The names that need pyspark, imported on first use: a chunk reader process imports this package's
+# staging module and must not pay for Spark (~40 MB of RSS and a second of start-up).
+_HOMES = {
+    "current_state": "gtidsnap.sinks.delta.catch_up",
+    "ColumnPlan": "gtidsnap.sinks.delta.columns",
+    "PlannedColumn": "gtidsnap.sinks.delta.columns",
+    "plan_columns": "gtidsnap.sinks.delta.columns",
+    "job_spark_session": "gtidsnap.sinks.delta.session",
+    "POSITION_KEY": "gtidsnap.sinks.delta.sink",
+    "DeltaSink": "gtidsnap.sinks.delta.sink",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gtidsnap.sinks.delta' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "CHANGELOG_SUFFIX",
