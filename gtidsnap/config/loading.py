@@ -19,7 +19,7 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     [snapshot]
     chunk_size = 1024
     chunk_delay_ms = 0
-    readers = 1                       # chunk reader processes; default CPUs - 1; 0 = on the engine's thread
+    readers = 2                       # chunk reader processes; default one a CPU; 0 = on the engine's thread
     reader_pool = "processes"         # processes | spark (chunks read by Spark's executors)
 
     [binlog]
@@ -100,7 +100,7 @@ __all__ = [  # the settings' models are defined in gtidsnap.config.settings; cod
 @dataclass(frozen=True)
 class SnapshotSettings:
     """The ``[snapshot]`` section in the engine's units (the delay in seconds); defaults from the model
-    (``readers``: CPUs - 1, see :func:`gtidsnap.config.settings.default_readers`)."""
+    (``readers``: one per CPU, see :func:`gtidsnap.config.settings.default_readers`)."""
 
     chunk_size: int = DEFAULT_SETTINGS.snapshot.chunk_size
     chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000

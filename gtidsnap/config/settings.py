@@ -31,13 +31,15 @@ MAX_DEFAULT_READERS = 8  # the default never opens more reader connections than 
 
 
 def default_readers() -> int:
-    """Chunk reader processes by default: one per CPU this process may run on beyond the engine's
-    own (0 on one CPU: chunks are read on the engine's thread), at most ``MAX_DEFAULT_READERS``."""
+    """Chunk reader processes by default: one per CPU this process may run on (0 on one CPU: chunks
+    are read on the engine's thread), at most ``MAX_DEFAULT_READERS``. Not one fewer for the engine:
+    while a snapshot reads, its thread is busy well under half the time and a reader is the busiest
+    process (a 1M-row snapshot into Delta on 2 CPUs read in 11.5 s with 2 readers, 14.9 s with 1)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cpus = os.cpu_count() or 1
-    return max(0, min(MAX_DEFAULT_READERS, cpus - 1))
+    return 0 if cpus <= 1 else min(MAX_DEFAULT_READERS, cpus)
 
 
 def show_value(value: Any) -> str:
@@ -178,7 +180,7 @@ class SnapshotSection(_Section):
         ge=0,
         le=MAX_READERS,
         description="chunk reader processes, each with its own connection (0: one reader on the "
-        f"engine's thread, pausing the stream one chunk at a time); default: CPUs - 1, at most "
+        f"engine's thread, pausing the stream one chunk at a time); default: one per CPU (0 on one), at most "
         f"{MAX_DEFAULT_READERS}; "
         "with reader_pool = spark: splits read at once by Spark's executors",
     )

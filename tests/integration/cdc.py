@@ -33,8 +33,8 @@ from gtidsnap.source.replica import Replica
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
 
 REPO = Path(__file__).resolve().parents[2]
-# Chunk reader processes in the scenarios: the default (CPUs - 1: 1 on CI's 2 cores); the scenarios
-# written for a reader count ask for theirs (0 to 4). The whole suite also passed with 2 here.
+# Chunk reader processes in the scenarios: the default (one per CPU: 2 on CI's 2 cores); the scenarios
+# written for a reader count ask for theirs (0 to 4).
 READERS = default_readers()
 
 
