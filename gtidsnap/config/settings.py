@@ -260,7 +260,10 @@ class SinkSettings(_Section):
         "before its checkpoint)",
     )
     merge_rows: int = Field(
-        default=100_000, ge=1, description="delta: the mirror MERGEs as soon as this many changes wait"
+        default=100_000,
+        ge=1,
+        description="delta: the mirror MERGEs as soon as this many keys have changes waiting (the newest "
+        "change of each key is kept)",
     )
     deletion_vectors: bool = Field(
         default=False,

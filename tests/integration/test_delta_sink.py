@@ -449,8 +449,9 @@ def test_new_keys_appended_each_batch_while_the_mirror_holds_only_this_runs_keys
 ) -> None:
     """A mirror this run created knows every key it holds: a batch's changes of other keys go in by
     APPEND at once (a key inserted and deleted: nothing), the changes of keys it holds wait for the
-    MERGE (here only at ``drain``), newest ``_seq`` winning."""
-    sink = make_sink(spark, tmp_path, merge_interval_s=3600)
+    MERGE (here only at ``drain``), newest ``_seq`` winning; ``merge_rows`` counts the keys waiting,
+    not their changes."""
+    sink = make_sink(spark, tmp_path, merge_interval_s=3600, merge_rows=5)
     mirror = mirror_path(sink.root, ORDERS)
     sink.open(None)
     sink.write([change("c", k, None, row(k, f"new {k}")) for k in (1, 2, 3)])
@@ -467,6 +468,7 @@ def test_new_keys_appended_each_batch_while_the_mirror_holds_only_this_runs_keys
     appended = history(spark, mirror)[-1]
     assert appended[1] == "WRITE" and appended[2]["gtidsnap_merged_seq"] == 3, "2 and 3 still wait"
     sink.write([change("u", 10, row(4, "newer 4"), row(4, "newest 4"))])  # 4 is held now: it waits
+    sink.write([change("u", s, row(4, "newest 4"), row(4, "newest 4")) for s in (11, 12)])  # 5 wait, 3 keys
     assert sink.commit() == {"delta_batch": 3}
     assert ("newest 4",) not in read(spark, mirror, "name")
     sink.drain()
@@ -475,7 +477,7 @@ def test_new_keys_appended_each_batch_while_the_mirror_holds_only_this_runs_keys
     assert read(spark, mirror, "id", "name", "_seq") == [
         (1, "new 1", 1),
         (2, "changed 2", 4),
-        (4, "newest 4", 10),
+        (4, "newest 4", 12),
     ]
     sink.close()
 

@@ -232,6 +232,8 @@ class MirrorKeeper:
                 entry.shape, entry.plan = handed.shape, handed.plan
                 for rows in handed.waiting:
                     entry.state.wait(rows)
+                if entry.state.waiting_rows >= self.settings.merge_rows:  # a MERGE is due unless few keys
+                    entry.state.compact(entry.shape.schema.key)
                 if handed.staged:
                     entry.state.staged.extend(handed.staged)
                     now = time.monotonic()

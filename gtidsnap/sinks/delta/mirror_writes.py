@@ -88,6 +88,12 @@ class MirrorState:
                 self.waiting_since = time.monotonic()
             self.top_seq = max(self.top_seq, int(rows.column(SEQ).to_numpy().max()))
 
+    def compact(self, key: Sequence[str]) -> None:
+        """Only the newest waiting change of each key kept: all a MERGE takes of them, so ``merge_rows``
+        counts keys, not changes (the changelog holds the others; a key's newest is above them)."""
+        if self.waiting:
+            self.waiting = [newest_per_key(_concat(self.waiting), key)]
+
 
 def spark_schema(plan: ColumnPlan) -> T.StructType:
     """The mirror's rows in ``plan`` as Spark reads them."""

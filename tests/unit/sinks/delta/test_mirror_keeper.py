@@ -69,3 +69,17 @@ def test_a_commit_with_nothing_waiting_holds_the_changelog_up_to_its_staged_rows
     assert writer._meta(3, state, None, "", False)[MERGED_SEQ] == 30
     state.wait(pa.table({"id": [1, 2], "_seq": pa.array([25, 31], pa.int64())}))
     assert writer._meta(3, state, None, "", False)[MERGED_SEQ] == 24, "below what still waits"
+
+
+def test_compact_keeps_the_newest_waiting_change_of_each_key() -> None:
+    state = MirrorState()
+    state.wait(pa.table({"id": [1, 2, 1], "_seq": [1, 2, 3], "name": ["a", "b", "c"]}))
+    state.wait(pa.table({"id": [2, 3], "_seq": [4, 5], "name": ["d", "e"]}))
+    state.compact(["id"])
+    assert state.waiting_rows == 3 and len(state.waiting) == 1
+    assert state.waiting[0].to_pylist() == [
+        {"id": 1, "_seq": 3, "name": "c"},
+        {"id": 2, "_seq": 4, "name": "d"},
+        {"id": 3, "_seq": 5, "name": "e"},
+    ], "in _seq order"
+    assert state.top_seq == 5
