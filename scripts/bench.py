@@ -17,7 +17,8 @@ DATETIME, DECIMAL(12,2), TEXT) in the database ``bench`` (loaded once, reused):
   e. peak RSS of the CLI's snapshot into JSON lines of ``--rows`` and ``--big-rows`` tables -> ratio;
   f. freshness of the Delta output against the offered rate (``--latency-rates``, default 1,000,
      2,000, 5,000, 10,000 rows/s): per rate one ``gtidsnap run`` (default settings: a batch every
-     second into the changelog, the mirror MERGEd every ``sink.merge_interval_s``) following a fresh
+     second into the changelog and the mirror's new keys, the others MERGEd every
+     ``sink.merge_interval_s``) following a fresh
      table into which a writer inserts at that rate for ``--latency-seconds``; commit-to-visible
      latency p50 and p99 of every row in the changelog (the commit that added its file) and in the
      mirror (its first insert in the Change Data Feed), the rate the writer reached and the rate

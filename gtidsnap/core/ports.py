@@ -125,6 +125,16 @@ class DrainingSink(Sink, Protocol):
 
 
 @runtime_checkable
+class SnapshotAwareSink(Sink, Protocol):
+    """A sink that writes differently while a snapshot will still read a table (the Delta mirror of
+    such a table takes no early APPEND of new keys: a chunk that reads one later would turn the
+    snapshot's rows into a MERGE)."""
+
+    def snapshots_pending(self, tables: frozenset[TableId]) -> None:
+        """The tables whose snapshot is queued or being read, told before each commit."""
+
+
+@runtime_checkable
 class CheckpointedSink(Sink, Protocol):
     """A sink that acts once a checkpoint naming its position is saved (the Delta mirrors take only
     checkpointed data, so their updates are never undone)."""

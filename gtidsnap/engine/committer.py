@@ -21,7 +21,7 @@ from typing import Any
 
 from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.crashpoints import crash_point
-from gtidsnap.core.ports import CheckpointedSink, CheckpointPort, SealingSink, Sink
+from gtidsnap.core.ports import CheckpointedSink, CheckpointPort, SealingSink, Sink, SnapshotAwareSink
 from gtidsnap.core.records import Emitted, Record, emitted_rows
 from gtidsnap.engine.loop_step import EngineSettings, commit_due
 
@@ -128,6 +128,8 @@ class Commits:
         return commit_due(records, settings.batch_rows, busy, since, interval)
 
     def commit(self, state: Checkpoint) -> None:
+        if isinstance(self.sink, SnapshotAwareSink):
+            self.sink.snapshots_pending(frozenset(t.table for t in state.context.pending()))
         if self._background is not None and isinstance(self.sink, SealingSink):
             self._background.wait()
             job = self.sink.seal()

@@ -98,7 +98,7 @@ def append_staged_files(
         rows = conformed(changes.filter(pc.not_equal(changes.column("_op"), "d")), plan, changelog=False)
         files.append(write_data_file(path, [rows], plan_schema(plan, changelog=False), stats_columns))
     written = [f for f in files if f is not None]
-    crash_point("delta-mirror-files-written")
+    crash_point("delta-mirror-files-written" if staged else "delta-new-keys-written")
     app_id, version, meta = commit
     commit_files(spark, path, written, app_id, version, meta)
     return sum(f.rows for f in written)

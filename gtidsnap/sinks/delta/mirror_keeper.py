@@ -99,6 +99,7 @@ class MirrorKeeper:
         self.quiet_s = max(2.0, 3 * settings.batch_ms / 1000, 1.5 * settings.snapshot_batch_ms / 1000)
         self._entries: dict[TableId, MirrorEntry] = {}
         self._handed: dict[int, dict[TableId, Handover]] = {}  # by batch, until its checkpoint is saved
+        self.reading: frozenset[TableId] = frozenset()  # tables a snapshot will still read (the engine's)
         self._checkpointed = 0  # the newest batch whose checkpoint is saved
         self._in_flight: list[staging.StagedFile] = []  # staged files of the update running
         self._applied: list[staging.StagedFile] = []  # in the mirror; not yet taken by a position
@@ -250,6 +251,7 @@ class MirrorKeeper:
             merge, staged = self._due(entry)
             state = entry.state
             append = state.unseen and state.held is not None and state.held_is_all and not state.staged
+            append = append and table not in self.reading  # its snapshot's chunks may read those keys
             if merge or staged or append:
                 self._update(table, entry, batch, merge, append)
                 worked = True

@@ -264,6 +264,9 @@ class DeltaSink:
                 part.schema = schema
                 part.seen.update({c.name: c for c in schema.columns})
 
+    def snapshots_pending(self, tables: frozenset[TableId]) -> None:
+        self.keeper.reading = tables
+
     def drain(self) -> None:
         """The run ends: every mirror is brought up to date (inline: by the next commit; in the
         background: before :meth:`checkpointed` of the next commit returns), so the output is whole."""

@@ -107,3 +107,41 @@ def test_tuning_the_chunk_size_and_delay() -> None:
     assert settings.tuned(SetChunkDelay(0.25)) == EngineSettings(chunk_delay_s=0.25)
     with pytest.raises(ConfigError, match="chunk size must be at least 1, got 0"):
         settings.tuned(SetChunkSize(0))
+
+
+def test_a_sink_that_asks_is_told_which_tables_a_snapshot_will_still_read_before_each_commit() -> None:
+    from typing import Any
+
+    from gtidsnap.core.checkpoint import Checkpoint
+    from gtidsnap.core.gtid import parse_gtid_set
+    from gtidsnap.core.model import TableId
+    from gtidsnap.core.plan import SnapshotContext, TableProgress
+    from gtidsnap.engine.committer import Commits
+
+    class Sink:
+        def __init__(self) -> None:
+            self.told: list[frozenset[TableId]] = []
+
+        def open(self, committed: Any) -> None: ...
+        def write(self, records: Any) -> None: ...
+        def commit(self) -> Any:
+            return {"at": len(self.told)}
+
+        def close(self) -> None: ...
+        def snapshots_pending(self, tables: frozenset[TableId]) -> None:
+            self.told.append(tables)
+
+    class Store:
+        def __init__(self) -> None:
+            self.saved: list[Checkpoint] = []
+
+        def save(self, checkpoint: Checkpoint) -> None:
+            self.saved.append(checkpoint)
+
+    a, b, c = TableId("d", "a"), TableId("d", "b"), TableId("d", "c")
+    context = SnapshotContext((TableProgress(a, done=True), TableProgress(b, started=True), TableProgress(c)))
+    state = Checkpoint("mariadb", parse_gtid_set("mariadb", "0-1-1"), 1, None, context)
+    sink, store = Sink(), Store()
+    Commits(sink=sink, store=store).commit(state)  # type: ignore[arg-type]
+    assert sink.told == [frozenset({b, c})], "the table being read and the one queued, not the one done"
+    assert store.saved[-1].sink_position == {"at": 1}, "told before the sink's commit"
