@@ -1,9 +1,8 @@
 """A table's mirror between batches, and its update in Spark: the rule of
 :mod:`gtidsnap.sinks.delta.mirror_update` (staged snapshot rows folded with newer changes, APPENDed
 where the mirror cannot hold their key, the rest and the due changes MERGEd, the changes of keys it
-cannot hold APPENDed each batch), run on Arrow tables in
-this process where they are small (the waiting changes, keys) and in Spark where they are large (the
-staged rows, read from their Parquet files, never into Python).
+cannot hold APPENDed each batch), run on Arrow tables in this process where they are small (the
+waiting changes, keys) and in Spark where they are large (the staged rows, never into Python).
 """
 
 from __future__ import annotations
@@ -176,33 +175,24 @@ class MirrorWriter:
             files = [] if merge_due or append_due else None  # new keys as data files
         if not merge_due and append_due and all_held and waiting is not None and waiting.num_rows:
             inserts, gone = _new_keys(newest_per_key(waiting, key), state, key, path)
-            if inserts.num_rows and files is not None:
-                files.append(inserts)
-            elif inserts.num_rows:
-                appends.append(self.spark.createDataFrame(inserts, schema=spark_schema(plan)))
-                appended += inserts.num_rows
+            appended += self._to_append(inserts, files, appends, plan)
             waiting = unmerged = matching(waiting, gone, key, keep=False)
         if merge_due or append_due:
             state.unseen = False
         if merge_due and waiting is not None and waiting.num_rows:
             changes = newest_per_key(waiting, key)
-            keys = key_rows(changes, key)
             # keys it cannot hold: appended (beside staged rows only when those are appended too: an
             # APPEND before the MERGE of staged rows would say they are in while the MERGE's were not)
             if all_held and (not staged or bool(appends) or files is not None):
                 held = matching(changes, state.held, key, keep=True)
-                inserts, _ = _new_keys(changes, state, key, path)
+                inserts, _ = _new_keys(changes, state, key, path)  # held gains their keys
                 changes = held
-                if inserts.num_rows and files is not None:
-                    files.append(inserts)
-                elif inserts.num_rows:
-                    appends.append(self.spark.createDataFrame(inserts, schema=spark_schema(plan)))
-                    appended += inserts.num_rows
+                appended += self._to_append(inserts, files, appends, plan)
+            elif state.held is not None:
+                _hold(state, key_rows(changes, key), key, path)
             if changes.num_rows:
                 merge_parts.append(self.spark.createDataFrame(changes, schema=spark_schema(plan)))
                 merge_keys.append(key_rows(changes, key))
-            if state.held is not None:
-                _hold(state, keys, key, path)
             waiting = None
         state.waiting = [waiting] if waiting is not None and waiting.num_rows else []
         if not state.waiting:
@@ -237,6 +227,19 @@ class MirrorWriter:
         if appends or merge_parts or as_files:
             crash_point("delta-after-mirror")
         return UpdateResult(appended, merged)
+
+    def _to_append(
+        self, rows: pa.Table, files: list[pa.Table] | None, appends: list[DataFrame], plan: ColumnPlan
+    ) -> int:
+        """``rows`` joins this update's APPEND (a data file, else a Spark frame); the rows counted now
+        (a data file's count once written)."""
+        if not rows.num_rows:
+            return 0
+        if files is not None:
+            files.append(rows)
+            return 0
+        appends.append(self.spark.createDataFrame(rows, schema=spark_schema(plan)))
+        return int(rows.num_rows)
 
     def _meta(
         self, batch: int, state: MirrorState, waiting: pa.Table | None, suffix: str, background: bool
