@@ -95,11 +95,15 @@ class DeltaCli:
             **more,
         }
 
-    def start(self, **more: str) -> tuple[subprocess.Popen[bytes], Path]:
+    def start(
+        self, snapshot: bool = True, forever: bool = False, **more: str
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        """``snapshot`` False: no ``--snapshot`` (``capture.tables`` names what streams); ``forever``:
+        no ``--until-caught-up``, so the run ends only at a crash point (or its timeout)."""
         args = gtidsnap_cmd(
             "run",
-            *(arg for t in TABLES for arg in ("--snapshot", f"{self.db}.{t}")),
-            "--until-caught-up",
+            *(arg for t in TABLES for arg in ("--snapshot", f"{self.db}.{t}") if snapshot),
+            *([] if forever else ["--until-caught-up"]),
             "--sink-path",
             self.root,
             "--checkpoint",
@@ -107,9 +111,9 @@ class DeltaCli:
         )
         return self._spawn(args, "run", more)
 
-    def run(self, **more: str) -> tuple[int, str]:
+    def run(self, snapshot: bool = True, forever: bool = False, **more: str) -> tuple[int, str]:
         """Run to the end; the return code and the log."""
-        return self._finish(*self.start(**more), f"run {self.runs}")
+        return self._finish(*self.start(snapshot, forever, **more), f"run {self.runs}")
 
     def mirror_job(self, **more: str) -> tuple[int, str]:
         """One pass of ``spark/mirror_job.py`` over the output, as a subprocess: its code and log."""
@@ -618,7 +622,6 @@ def test_kill_9_at_each_point_of_a_delta_commit(
 # ----------------------------------------------------------------------------- the deferred write path
 
 DEFERRED_STEPS = (
-    "delta-new-keys-written:1",  # new keys' rows a mirror created by this run takes by APPEND, not committed
     "delta-mirror-files-written:1",  # fresh snapshot rows written as the mirror's files, not committed
     "delta-after-mirror:2",  # an APPEND of fresh snapshot rows (or a due MERGE)
     "delta-after-changelog:3",  # changes of checkpointed batches still wait for their MERGE ...
@@ -647,21 +650,21 @@ def test_kill_9_in_the_deferred_write_path(
     caught_up = 0
     try:
         for crash in DEFERRED_STEPS:
-            for _ in range(RUNS_PER_STEP):
-                # short batches: a restarted run catches up in several, so a crash can come after a
-                # checkpointed one whose changes still wait for their MERGE (mirrors update apart)
-                code, log = cli.run(
-                    GTIDSNAP_TEST_CRASH_AT=crash,
-                    GTIDSNAP_SINK_BATCH_MS="200",
-                    GTIDSNAP_SINK_SNAPSHOT_BATCH_MS="200",
-                )
-                caught_up += len(CAUGHT_UP.findall(log))
-                if code == -signal.SIGKILL:
-                    landed.append(crash)
-                    break
-                assert code == 0, f"run {cli.runs} ({crash}): exit {code}\n{tail(log)}"
-            else:
-                pytest.fail(f"{crash} was never reached in {RUNS_PER_STEP} runs (landed: {landed})")
+            # runs that stream until their crash point (with --until-caught-up a run that started with
+            # little to catch up on could end first); short batches: a restarted run catches up in
+            # several, so a crash can come after a checkpointed one whose changes still wait for their
+            # MERGE (mirrors update apart)
+            code, log = cli.run(
+                forever=True,
+                GTIDSNAP_TEST_CRASH_AT=crash,
+                GTIDSNAP_SINK_BATCH_MS="200",
+                GTIDSNAP_SINK_SNAPSHOT_BATCH_MS="200",
+            )
+            caught_up += len(CAUGHT_UP.findall(log))
+            assert code == -signal.SIGKILL, (
+                f"run {cli.runs} did not die at {crash} (landed: {landed}): exit {code}\n{tail(log)}"
+            )
+            landed.append(crash)
     finally:
         writer.stop()
     writer.join()
@@ -679,6 +682,42 @@ def test_kill_9_in_the_deferred_write_path(
     ]
     assert appends, "no mirror took fresh snapshot rows by APPEND (in the background)"
     assert caught_up >= 1, "no run caught a mirror up from its changelog"
+    check_output(spark, pair, db, cli.root)
+
+
+def test_kill_9_in_the_early_append_of_new_keys(
+    mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A mirror created by the run holds only the keys the run wrote, so the changes of any other key
+    go in by APPEND each batch, not at the MERGE. A run that streams the tables (no snapshot: nothing
+    else writes the mirrors first, so the crash point comes in the first batch with a change) is killed
+    once those rows are data files, before their commit. The files are never committed: the next run
+    catches the mirrors up from the changelogs, snapshots the tables into mirrors that already hold
+    streamed keys, and the output is exact."""
+    pair, db = mariadb_pair, maria_db
+    cli = crash_cli(pair, db, tmp_path, merge_interval_s="5")
+    cli.settings["GTIDSNAP_CAPTURE_TABLES"] = ",".join(f"{db}.{t}" for t in TABLES)
+    paths = delta_tables(cli.root, db)
+    writer = Writer(
+        pair, db, list(TABLES), seed=41, transactions=100_000, pause_s=0.2, every_table=True
+    ).start()
+    try:
+        crash = "delta-new-keys-written:1"
+        code, log = cli.run(False, True, GTIDSNAP_TEST_CRASH_AT=crash, GTIDSNAP_SINK_BATCH_MS="200")
+        assert code == -signal.SIGKILL, f"the streaming run did not die at {crash}: exit {code}\n{tail(log)}"
+        early = [
+            (name, v) for name in TABLES for v, _, meta in history(paths[name]) if "gtidsnap_mirror" in meta
+        ]
+        assert not early, f"an early APPEND was committed before the kill: {early}"
+        code, log = cli.run(GTIDSNAP_SINK_BATCH_MS="200")
+        assert code == 0, tail(log)
+        assert CAUGHT_UP.search(log), f"the run after the kill caught no mirror up:\n{tail(log)}"
+    finally:
+        writer.stop()
+    writer.join()
+    code, log = cli.run(GTIDSNAP_SINK_BATCH_MS="5000")
+    assert code == 0, tail(log)
+    check_batches({name: history(path) for name, path in paths.items()})
     check_output(spark, pair, db, cli.root)
 
 
