@@ -208,7 +208,8 @@ def run(
     readers: Annotated[
         int | None,
         typer.Option(
-            help="Chunk reader processes (snapshot.readers; default one per CPU); 0: on the engine's thread."
+            help="Chunk reader processes (snapshot.readers; default one per CPU but one); "
+            "0: on the engine's thread."
         ),
     ] = None,
     reader_pool: Annotated[

@@ -31,11 +31,9 @@ own reader when ``snapshot.readers = 0``, and unit tests, deciding when each rea
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
 import logging
 import multiprocessing
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -56,6 +54,7 @@ from gtidsnap.core.errors import (
 from gtidsnap.core.gtid import parse_gtid_set
 from gtidsnap.core.ports import ChunkJob, ChunkRead, ReplicaPort
 from gtidsnap.core.records import split_chunk_rows
+from gtidsnap.process_memory import lean_process
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.low_watermark import LowWatermark
 
@@ -129,20 +128,10 @@ def read_with(settings: ConnectionSettings, job: ChunkJob) -> ChunkRead:
     return read_chunk(replica, job, watermark)
 
 
-class _WithoutPandas(importlib.abc.MetaPathFinder):
-    """pyarrow imports pandas at a process's first ``pa.array`` of Python values (to ask whether they
-    are a pandas Series); a reader never has one, and pandas and its numpy cost it ~35 MB of RSS."""
-
-    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
-        if fullname == "pandas" or fullname.startswith("pandas."):
-            raise ImportError("a chunk reader does without pandas")
-
-
 def _worker_start(settings: ConnectionSettings, engine_pid: int) -> None:
     global _worker_settings
     _worker_settings = settings
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _WithoutPandas())
+    lean_process()
     threading.Thread(target=_exit_with_engine, args=(engine_pid,), daemon=True).start()
 
 

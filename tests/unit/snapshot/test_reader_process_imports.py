@@ -11,7 +11,8 @@ import pickle, sys
 from gtidsnap.snapshot import readers
 import gtidsnap.sinks.delta.staging
 from gtidsnap.sinks.arrow_columns import ArrowRows
-sys.meta_path.insert(0, readers._WithoutPandas())  # what a reader's start does
+from gtidsnap.process_memory import lean_process
+lean_process()  # what a reader's start does
 import pyarrow as pa
 batch = pa.RecordBatch.from_arrays([pa.array([1, 2]), pa.array(["x", "y"])], names=["id", "name"])
 back = pickle.loads(pickle.dumps(ArrowRows(batch)))
