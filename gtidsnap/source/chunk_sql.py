@@ -31,7 +31,6 @@ from gtidsnap.core.column_values import format_time
 from gtidsnap.core.errors import SchemaError
 from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.core.schema import Column, TableSchema
-from gtidsnap.filters.check import check_filter
 
 Params = list[Any]
 
@@ -52,7 +51,10 @@ def _table(schema: TableSchema) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _filter_sql(condition: str, table: TableId, columns: tuple[str, ...]) -> str:
-    """The filter as it runs (checked, re-rendered, ``%`` doubled for PyMySQL); FilterError if refused."""
+    """The filter as it runs (checked, re-rendered, ``%`` doubled for PyMySQL); FilterError if refused.
+    sqlglot is imported here, by the first filter: a chunk reader without one never loads its ~8 MB."""
+    from gtidsnap.filters.check import check_filter
+
     return check_filter(condition, table, columns).replace("%", "%%")
 
 
