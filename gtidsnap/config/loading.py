@@ -100,7 +100,7 @@ __all__ = [  # the settings' models are defined in gtidsnap.config.settings; cod
 @dataclass(frozen=True)
 class SnapshotSettings:
     """The ``[snapshot]`` section in the engine's units (the delay in seconds); defaults from the model
-    (``readers``: one per CPU, see :func:`gtidsnap.config.settings.default_readers`)."""
+    (``readers``: one per CPU but one, see :func:`gtidsnap.config.settings.default_readers`)."""
 
     chunk_size: int = DEFAULT_SETTINGS.snapshot.chunk_size
     chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000

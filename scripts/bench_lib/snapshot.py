@@ -75,8 +75,8 @@ def cli_snapshot(
     ctx: Context, table: str, sink: str, rows: int, readers: int | None = None, spark_split: int | None = None
 ) -> dict[str, Any]:
     """``gtidsnap run --snapshot bench.<table> --until-caught-up`` into ``sink``, fresh output;
-    ``readers`` chunk readers (None: the default, one per CPU); ``spark_split``: the splits read by Spark's
-    executors (``snapshot.reader_pool = spark``), this many rows each."""
+    ``readers`` chunk readers (None: the default, one per CPU but one); ``spark_split``: the splits
+    read by Spark's executors (``snapshot.reader_pool = spark``), this many rows each."""
     name = f"snapshot-{sink}-{table}" + ("-spark-readers" if spark_split else "")
     work = ctx.work(name)
     env = cli_run.cli_env(ctx.pair, work, sink, [f"{DATABASE}.{table}"], ctx.chunk_size)

@@ -33,9 +33,10 @@ from gtidsnap.source.replica import Replica
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
 
 REPO = Path(__file__).resolve().parents[2]
-# Chunk reader processes in the scenarios: the default (one per CPU: 2 on CI's 2 cores); the scenarios
-# written for a reader count ask for theirs (0 to 4).
-READERS = default_readers()
+# Chunk reader processes in the scenarios: the default (one per CPU but one), at least 2 so that readers
+# race each other (the default is 1 on CI's 2 cores); the scenarios written for a reader count ask for
+# theirs (0 to 4).
+READERS = max(2, default_readers())
 
 
 def reader_settings(pair: ReplicaPair) -> ConnectionSettings:

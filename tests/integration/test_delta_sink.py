@@ -742,7 +742,7 @@ def test_end_to_end_every_type_concurrent_writers_and_add_column(
             engine = build_engine(config, replica, on_started=on_started, spark_factory=lambda: spark)
             assert engine.settings.checkpoint_interval_s == 4.0, "Delta batches at least batch_ms"
             assert engine.settings.snapshot_interval_s == 5.0, "and snapshot_batch_ms while snapshotting"
-            assert engine.settings.snapshot_batch_rows == 300_000, "rows of chunks counted apart"
+            assert engine.settings.snapshot_batch_rows == 100_000, "rows of chunks counted apart"
             engine.run(snapshot=snapshot, until_caught_up=True)
 
     run(tables, start_writers)

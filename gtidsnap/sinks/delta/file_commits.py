@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
-ROW_GROUP_ROWS = 131_072  # rows of a data file's row group at least (written from smaller parts)
+ROW_GROUP_ROWS = 32_768  # rows of a data file's row group at least (written from smaller parts; 131,072
+# held a snapshot's end ~15 MB larger)
 STRING_STATS_CHARS = 32  # Delta's own prefix length of a string's statistics; longer ones are left out
 
 

@@ -378,12 +378,12 @@ def test_zero_readers_is_the_engine_thread(tmp_path: Path) -> None:
     assert load_config(None, {}, {"snapshot.readers": 0}).snapshot.readers == 0
 
 
-def test_readers_default_to_one_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readers_default_to_one_per_cpu_but_one(monkeypatch: pytest.MonkeyPatch) -> None:
     cpus = len(os.sched_getaffinity(0))
-    expected = 0 if cpus == 1 else min(MAX_DEFAULT_READERS, cpus)
+    expected = min(MAX_DEFAULT_READERS, cpus - 1)
     assert load_config(None, {}).snapshot.readers == expected
     assert SnapshotSettings().readers == DEFAULTS["snapshot"]["readers"] == expected
-    for cpus, readers in ((1, 0), (2, 2), (4, 4), (9, 8), (96, MAX_DEFAULT_READERS)):
+    for cpus, readers in ((1, 0), (2, 1), (4, 3), (9, 8), (96, MAX_DEFAULT_READERS)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cpus: set(range(n)))
         assert default_readers() == readers, cpus
         assert load_config(None, {}).snapshot.readers == readers
