@@ -11,7 +11,10 @@ read just before, says how far it got (what it committed), and its result says `
 
 Memory: the child's peak RSS from ``wait4`` (exact; for a Delta run it is the larger of Python's and
 the JVM's, which the kernel folds in when the child reaps it), plus ``VmHWM`` of the child and of
-every descendant (the Spark JVM) polled every 0.2 s.
+every descendant (the Spark JVM) polled every 0.2 s. gtidsnap's own processes (the engine and its
+chunk readers, not the JVM): the sum of their ``VmHWM`` (each process's peak, as if all peaked at
+once), and the peak of their summed PSS (``smaps_rollup``: shared pages, such as the libraries every
+process maps, counted once), polled alike.
 
 CPU: user + system seconds of the child (the engine), of its chunk reader processes and of its JVM,
 each process's last reading of ``/proc/<pid>/stat`` (polled with the memory; a reader that ends
@@ -99,6 +102,8 @@ class CliResult:
     maxrss_kb: int
     python_hwm_kb: int
     children_hwm_kb: int
+    readers_hwm_kb: int
+    own_pss_kb: int
     log: Path
     cpu_s: dict[str, float] = field(default_factory=dict)  # by process kind: engine, readers, jvm, other
     timed_out: bool = False  # stopped with Ctrl-C at the deadline, unfinished
@@ -128,6 +133,10 @@ class CliResult:
             out["snapshots_done_s"] = round(self.seconds("started", "snapshots_done"), 3)
         if self.children_hwm_kb:
             out["children_peak_rss_mb"] = round(self.children_hwm_kb / 1024, 1)  # a JVM, chunk readers
+        # gtidsnap's own processes: the engine and its chunk readers (the issue's memory target)
+        out["readers_peak_rss_mb"] = round(self.readers_hwm_kb / 1024, 1)
+        out["own_peak_rss_mb"] = round((self.python_hwm_kb + self.readers_hwm_kb) / 1024, 1)
+        out["own_peak_pss_mb"] = round(self.own_pss_kb / 1024, 1)
         if self.cpu_s:
             out["cpu_s"] = {kind: round(seconds, 3) for kind, seconds in sorted(self.cpu_s.items())}
         out.update(self.summary)
@@ -148,6 +157,8 @@ class CliRun:
     done_line: str = ""
     launched: float = 0.0
     _hwm: dict[int, int] = field(default_factory=dict)
+    _readers: set[int] = field(default_factory=set)
+    _own_pss_kb: int = 0
     _cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (kind, CPU seconds)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -192,13 +203,20 @@ class CliRun:
     def _watch(self) -> None:
         pid = self.proc.pid
         while self.alive():
+            pss = 0
             for p in [pid, *descendants(pid)]:
                 hwm = vm_hwm_kb(p)
                 if hwm:
                     self._hwm[p] = max(self._hwm.get(p, 0), hwm)
                 used = cpu_seconds(p)
+                kind = "engine" if p == pid else process_kind(p)
                 if used is not None:  # the kind read each time: spark-submit's shell execs the JVM
-                    self._cpu[p] = ("engine" if p == pid else process_kind(p), used)
+                    self._cpu[p] = (kind, used)
+                if kind in ("engine", "readers"):
+                    pss += pss_kb(p)
+                    if kind == "readers":
+                        self._readers.add(p)
+            self._own_pss_kb = max(self._own_pss_kb, pss)
             time.sleep(POLL_S)
 
     def wait_mark(self, name: str, timeout: float) -> float:
@@ -259,6 +277,8 @@ class CliRun:
             maxrss_kb=int(rusage.ru_maxrss),
             python_hwm_kb=self._hwm.get(pid, 0),
             children_hwm_kb=sum(v for p, v in self._hwm.items() if p != pid),
+            readers_hwm_kb=sum(v for p, v in self._hwm.items() if p in self._readers),
+            own_pss_kb=self._own_pss_kb,
             log=self.log,
             cpu_s=_by_kind(self._cpu),
             timed_out=timed_out,
@@ -316,6 +336,17 @@ def vm_hwm_kb(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def pss_kb(pid: int) -> int:
+    """``pid``'s proportional set size (0: gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1])
     except (OSError, ValueError):
         pass

@@ -103,6 +103,19 @@ def _cpu_cell(part: dict[str, Any]) -> str:
     return ", ".join(f"{kind} {_num(us, 1)}" for kind, us in sorted(cpu.items())) or DASH
 
 
+def _own_memory_cell(part: dict[str, Any]) -> str:
+    """gtidsnap's Delta snapshot: the memory of its own processes (the engine and its chunk readers)."""
+    delta = part.get("delta") or {}
+    if "own_peak_rss_mb" not in delta:
+        return DASH
+    readers = delta.get("readers_peak_rss_mb", 0.0)
+    engine = delta.get("python_peak_rss_mb", 0.0)
+    return (
+        f"{_num(delta['own_peak_rss_mb'], 0)} (engine {_num(engine, 0)}, readers {_num(readers, 0)})"
+        f" / {_num(delta.get('own_peak_pss_mb'), 0)}"
+    )
+
+
 Row = tuple[str, Callable[[dict[str, Any]], str]]
 
 
@@ -135,6 +148,11 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             get("a", lambda p: _rate(p, "delta", "ratio_delta", "ratio_delta_to_spark_append")),
         ),
         (f"a. snapshot {ARROW} Delta: CPU µs a row by process", get("a", _cpu_cell)),
+        (
+            f"a. snapshot {ARROW} Delta: peak RSS of the engine + its readers (sum of each one's peak) / "
+            "peak of their summed PSS, MB",
+            get("a", _own_memory_cell),
+        ),
         (
             f"a. snapshot {ARROW} Delta, splits read by Spark tasks, rows/s (ratio to bare scan)",
             get("a", lambda p: _rate(p, "spark_delta")),
