@@ -65,6 +65,7 @@ def _config(config: Path | None, **flags: Any) -> Config:
 
 
 RETRY_HINT = "this may pass: the same command again is safe (gtidsnap run resumes from its checkpoint)"
+SNAPSHOT_FAILED = 3  # exit status of a run that ended with a snapshot it was asked for failed
 
 
 def _fail(exc: BaseException | str, code: int = 1) -> typer.Exit:
@@ -275,6 +276,14 @@ def run(
         f"done: {stats.records:,} records ({stats.snapshot_rows:,} snapshot rows in {stats.chunks:,} chunks) "
         f"in {elapsed:.1f}s; binlog paused per chunk p50 {p50:.1f} ms; output {cfg.sink.path}{by_reader}",
     )
+    if stats.failed:  # the output lacks those tables' rows: never an exit 0 a pipeline takes for success
+        for table, reason in sorted(stats.failed.items()):
+            say(err, f"snapshot of {table} failed: {reason}")
+        error_line(
+            f"{len(stats.failed)} snapshot(s) failed: {', '.join(sorted(stats.failed))}; their rows are not "
+            "in the output (their changes are): fix the cause, then the same command reads them again"
+        )
+        raise typer.Exit(SNAPSHOT_FAILED)
 
 
 @app.command()

@@ -27,6 +27,7 @@ _CONNECTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.f
 # PyMySQL refuses a connect_timeout above a year (ValueError at connect time).
 _PYMYSQL_MAX_CONNECT_TIMEOUT_S = 31_536_000
 MAX_READERS = 64  # most chunk reader processes (snapshot.readers)
+MAX_CHUNK_SIZE = 10_000_000  # most rows a chunk (snapshot.chunk_size): far below what SQL's LIMIT carries
 MAX_DEFAULT_READERS = 8  # the default never opens more reader connections than this on a replica
 
 
@@ -172,7 +173,13 @@ class CaptureSection(_Section):
 class SnapshotSection(_Section):
     """``[snapshot]``: how snapshots read a table."""
 
-    chunk_size: int = Field(default=1024, ge=1, description="rows per chunk SELECT")
+    chunk_size: int = Field(
+        default=1024,
+        ge=1,
+        le=MAX_CHUNK_SIZE,
+        description="rows per chunk SELECT (a chunk's rows are held at once; the chunk-ends query "
+        "asks for 8 chunks' keys)",
+    )
     chunk_delay_ms: float = Field(
         default=0.0, ge=0, description="pause between chunks, to spare a busy replica (milliseconds)"
     )

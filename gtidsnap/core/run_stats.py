@@ -34,6 +34,7 @@ class RunStats:
     window_opened_at: float | None = None
     # With chunk readers (gtidsnap.snapshot.planner): each reader's work, by its process id.
     readers: dict[int, ReaderThroughput] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # snapshots that failed in this run: table -> why
 
     def window_waiting_s(self, now: float | None = None) -> float:
         """How long the open window has been waiting for the stream (0 when none is open)."""

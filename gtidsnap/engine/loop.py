@@ -148,9 +148,9 @@ class Engine:
         self.captured.update(t.table for t in self.context.tables)
 
     def request_snapshot(self, tables: Sequence[TableId], condition: str | None = None) -> None:
-        """Queue snapshots of tables never snapshotted before (a restart does not redo finished ones)."""
+        """Queue snapshots of tables never snapshotted or whose snapshots all failed (none redone)."""
         self.captured.update(tables)
-        known = {t.table for t in self.context.tables}
+        known = {t.table for t in self.context.tables if not t.error}
         new = [t for t in tables if t not in known]
         if new:
             self._apply(StartSnapshot(tuple(new), condition))
@@ -227,9 +227,8 @@ class Engine:
         return self.stats
 
     def _rest_of_transaction(self, read: Callable[[], BinlogEvent | None]) -> None:
-        """The transaction being read, up to ``TX_BURST`` events, without the loop's turn per event:
-        inside a transaction the loop only reads (chunks, commits and finished reads wait for its
-        end); commands and a failed background commit are looked at after the burst."""
+        """The transaction being read, up to ``TX_BURST`` events, without the loop's turn per event (chunks,
+        commits, finished reads wait for its end; commands, a failed commit for the burst's)."""
         for _ in range(TX_BURST):
             if not self._in_tx:
                 return
@@ -321,7 +320,7 @@ class Engine:
         if isinstance(outcome, ChunksPlanned | ShapeChanged):
             self.context = self.context.update(outcome.progress)
         elif isinstance(outcome, SnapshotFailed):
-            self.context = self._finish(outcome.progress.failed(stored_reason(str(outcome.error))))
+            self.context = self._finish(outcome.progress, outcome.error)
         else:
             self.context = self._finish(outcome.progress)
         self._last_chunk_at = time.monotonic()
@@ -330,7 +329,11 @@ class Engine:
     def _progress_of(self, table: TableId) -> TableProgress:
         return next(t for t in self.context.tables if t.table == table and not t.done)
 
-    def _finish(self, progress: TableProgress) -> SnapshotContext:
+    def _finish(self, progress: TableProgress, error: object = None) -> SnapshotContext:
+        if error is not None:  # named in the run's summary: --until-caught-up then ends non-zero
+            progress = progress.failed(stored_reason(str(error)))
+            log.error("snapshot of %s stopped: %s", progress.table, progress.error)
+            self.stats.failed[str(progress.table)] = str(progress.error)
         self._report()
         return self.context.update(progress.finished())
 
@@ -360,9 +363,7 @@ class Engine:
             elif isinstance(out, ChunksRedone):
                 log.info("chunks of %s dropped, reading them again: %s", out.table, out.reason)
             elif isinstance(out, ChunksFailed):
-                log.error("snapshot of %s stopped: %s", out.table, out.error)
-                failed = self._progress_of(out.table).failed(stored_reason(str(out.error)))
-                self.context = self._finish(failed)
+                self.context = self._finish(self._progress_of(out.table), out.error)
         if records:
             self.sink.write(records)
             self.stats.records += self._commits.count(records)
@@ -379,9 +380,8 @@ class Engine:
         return change_record(change, self.seq - 1)
 
     def _records_of_chunk(self, chunk: ChunkOut) -> list[Emitted]:
-        """A chunk goes out: its surviving rows as records; the table's progress moves past its range
-        (done if it was the last). ``chunk.key_columns``: the key of the shape the rows were read with
-        (the pump forgets shapes at a DDL before this thread reaches it; a renamed table has none)."""
+        """A chunk's surviving rows as records; its table's progress moves past it. ``chunk.key_columns``:
+        the key of the shape they were read with (a DDL's shape forgotten by the pump, a rename's)."""
         progress = self._progress_of(chunk.table)
         table, rows = chunk.table, chunk.rows
         records = snapshot_output(table, rows, chunk.key_columns, self.seq, progress.fresh, int(time.time()))

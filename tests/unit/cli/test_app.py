@@ -112,3 +112,42 @@ def test_run_readers_flag_refuses_a_negative_count(monkeypatch: pytest.MonkeyPat
     result = CliRunner().invoke(cli.app, ["run", "--readers", "-1"])
     assert result.exit_code == 1
     assert "flag snapshot.readers must be from 0 to 64, got -1" in result.output
+
+
+def test_a_run_whose_snapshot_failed_ends_with_exit_3_naming_the_tables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A pipeline keyed on the exit status must not take a run that lacks a table's rows for success."""
+
+    def run_engine(cfg: Config, *rest: Any) -> RunStats:
+        stats = RunStats(records=7)
+        stats.failed["shop.b"] = "selecting a chunk of shop.b failed on the replica: error 1690"
+        stats.failed["shop.a"] = "the chunk ends of shop.a: statement over the time limit"
+        return stats
+
+    monkeypatch.setattr(replica, "Replica", _NoReplica)
+    monkeypatch.setattr(runner, "run_engine", run_engine)
+    monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
+    args = ["run", "--checkpoint", str(tmp_path / "cp.json"), "--until-caught-up"]
+    result = CliRunner().invoke(cli.app, [*args, "--snapshot", "shop.a", "--snapshot", "shop.b"])
+    assert result.exit_code == cli.SNAPSHOT_FAILED == 3, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("done: 7 records")
+    assert lines[1:3] == [
+        "snapshot of shop.a failed: the chunk ends of shop.a: statement over the time limit",
+        "snapshot of shop.b failed: selecting a chunk of shop.b failed on the replica: error 1690",
+    ]
+    assert lines[3].startswith(
+        "error: 2 snapshot(s) failed: shop.a, shop.b; their rows are not in the output"
+    )
+    assert len(lines) == 4
+
+
+def test_a_run_without_failures_ends_with_exit_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setattr(replica, "Replica", _NoReplica)
+    monkeypatch.setattr(runner, "run_engine", lambda cfg, *rest: RunStats())
+    monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
+    result = CliRunner().invoke(
+        cli.app, ["run", "--checkpoint", str(tmp_path / "cp.json"), "--until-caught-up"]
+    )
+    assert result.exit_code == 0 and "error" not in result.output, result.output

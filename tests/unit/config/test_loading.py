@@ -77,7 +77,13 @@ BAD_TOML = [
     ('[source]\ntls = "required"\n', "source.tls", "'required'", "needs source.ca"),
     ('[source]\nca = "/nonexistent/ca.pem"\n', "source.ca", "/nonexistent/ca.pem", "cannot be read"),
     ("[snapshot]\nchunk_size = true\n", "snapshot.chunk_size", "True", "is not an integer"),
-    ("[snapshot]\nchunk_size = 0\n", "snapshot.chunk_size", "got 0", "must be positive"),
+    ("[snapshot]\nchunk_size = 0\n", "snapshot.chunk_size", "got 0", "must be from 1 to 10000000"),
+    (
+        "[snapshot]\nchunk_size = 9223372036854775807\n",
+        "snapshot.chunk_size",
+        "got 9223372036854775807",
+        "from 1 to 10000000",
+    ),
     ("[snapshot]\nchunk_size = 10.0\n", "snapshot.chunk_size", "10.0", "is not an integer"),
     ("[snapshot]\nchunk_delay_ms = -1\n", "snapshot.chunk_delay_ms", "-1", "0 or more"),
     ('[snapshot]\nchunk_delay_ms = "5"\n', "snapshot.chunk_delay_ms", "'5'", "is not a number"),
@@ -249,7 +255,7 @@ def test_file_missing(tmp_path: Path) -> None:
             ["GTIDSNAP_BINLOG_HEARTBEAT_S='fast' is not a valid number"],
         ),
         ({"GTIDSNAP_BINLOG_HEARTBEAT_S": "nan"}, ["GTIDSNAP_BINLOG_HEARTBEAT_S=nan", "finite number"]),
-        ({"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "0"}, ["GTIDSNAP_SNAPSHOT_CHUNK_SIZE", "positive", "got 0"]),
+        ({"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "0"}, ["GTIDSNAP_SNAPSHOT_CHUNK_SIZE", "1 to 10000000", "got 0"]),
         ({"GTIDSNAP_SNAPSHOT_READERS": "-1"}, ["GTIDSNAP_SNAPSHOT_READERS", "from 0 to 64", "got -1"]),
         ({"GTIDSNAP_SNAPSHOT_READERS": "two"}, ["GTIDSNAP_SNAPSHOT_READERS='two' is not a valid integer"]),
         ({"GTIDSNAP_SNAPSHOT_READERS": "1.5"}, ["GTIDSNAP_SNAPSHOT_READERS='1.5' is not a valid integer"]),
@@ -284,7 +290,7 @@ def test_bad_environment_value_is_named(env: dict[str, str], fragments: list[str
 @pytest.mark.parametrize(
     ("flags", "fragments"),
     [
-        ({"snapshot.chunk_size": 0}, ["flag snapshot.chunk_size", "positive", "got 0"]),
+        ({"snapshot.chunk_size": 0}, ["flag snapshot.chunk_size", "from 1 to 10000000", "got 0"]),
         ({"snapshot.chunk_size": "10"}, ["flag snapshot.chunk_size = '10' is not an integer"]),
         ({"snapshot.readers": -1}, ["flag snapshot.readers must be from 0 to 64, got -1"]),
         ({"snapshot.readers": 2.0}, ["flag snapshot.readers = 2.0 is not an integer"]),

@@ -61,7 +61,7 @@ def test_password_file_and_never_printed(tmp_path: Path) -> None:
         ('[source]\ntls = "maybe"\n', {}, "source.tls must be"),
         ('[source]\ntls = "required"\n', {}, "needs source.ca"),
         ("", {"GTIDSNAP_SOURCE_PORT": "abc"}, "GTIDSNAP_SOURCE_PORT='abc' is not a valid int"),
-        ("[snapshot]\nchunk_size = 0\n", {}, "snapshot.chunk_size must be positive"),
+        ("[snapshot]\nchunk_size = 0\n", {}, "snapshot.chunk_size must be from 1 to 10000000"),
         ('[capture]\ntables = ["orders"]\n', {}, "must be written schema.table"),
         ('[sink]\ntype = "csv"\n', {}, "sink.type must be jsonl or delta"),
         ('[source]\npassword_file = "/nonexistent/pw"\n', {}, "cannot read the password file"),
