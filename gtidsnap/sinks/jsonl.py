@@ -7,6 +7,7 @@ records are produced again by the replay from the checkpoint's GTID set).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,16 +59,28 @@ class JsonlSink:
             if isinstance(record, SnapshotColumns):
                 raise SinkError("the JSON-lines sink takes records and line bodies, not columns")
             lines.append(encoded_line(record))
-        self._file.write(b"".join(lines))
+        try:
+            self._file.write(b"".join(lines))
+        except OSError as exc:
+            raise self._failed(exc) from None
 
     def commit(self) -> int:
         if self._file is None:
             raise SinkError("the JSON-lines sink is not open")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise self._failed(exc) from None
         return self._file.tell()
+
+    def _failed(self, exc: OSError) -> SinkError:
+        """A write the system refused (a full disk, a file size limit): retryable, since the next start
+        truncates the file to what the checkpoint says was committed."""
+        return SinkError(f"writing {self.path} failed: {exc.strerror or exc}; what was committed is kept")
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            with contextlib.suppress(OSError):  # a failed write was raised already; nothing more to keep
+                file.close()
