@@ -27,6 +27,11 @@ _CONNECTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.f
 # PyMySQL refuses a connect_timeout above a year (ValueError at connect time).
 _PYMYSQL_MAX_CONNECT_TIMEOUT_S = 31_536_000
 MAX_READERS = 64  # most chunk reader processes (snapshot.readers)
+# Server time settings gtidsnap sets, in seconds: below a millisecond MySQL's max_execution_time (and the
+# binlog heartbeat period) round to 0, which means "no limit" ("no heartbeat"); above 2^32 ms they overflow.
+MIN_SERVER_S = 0.001
+MAX_SERVER_S = 4_294_967
+MAX_CHUNK_DELAY_MS = 3_600_000  # an hour between chunks
 MAX_CHUNK_SIZE = 10_000_000  # most rows a chunk (snapshot.chunk_size): far below what SQL's LIMIT carries
 MAX_DEFAULT_READERS = 8  # the default never opens more reader connections than this on a replica
 
@@ -152,7 +157,8 @@ class SourceSection(_Section):
     )
     statement_timeout_s: float = Field(
         default=_CONNECTION_DEFAULTS["statement_timeout"],
-        gt=0,
+        ge=MIN_SERVER_S,
+        le=MAX_SERVER_S,
         description="the longest any statement gtidsnap runs on the replica may take (server-side limit); "
         "a snapshot whose chunk SELECT takes longer fails, streaming goes on",
     )
@@ -181,7 +187,10 @@ class SnapshotSection(_Section):
         "asks for 8 chunks' keys)",
     )
     chunk_delay_ms: float = Field(
-        default=0.0, ge=0, description="pause between chunks, to spare a busy replica (milliseconds)"
+        default=0.0,
+        ge=0,
+        le=MAX_CHUNK_DELAY_MS,
+        description="pause between chunks, to spare a busy replica (milliseconds)",
     )
     readers: int = Field(
         default_factory=default_readers,
@@ -204,7 +213,10 @@ class BinlogSection(_Section):
     """``[binlog]``: the binlog connection."""
 
     heartbeat_s: float = Field(
-        default=1.0, gt=0, description="heartbeat period; an idle source's window closes within it"
+        default=1.0,
+        ge=MIN_SERVER_S,
+        le=MAX_SERVER_S,
+        description="heartbeat period; an idle source's window closes within it",
     )
     server_id: int = Field(
         default=0, ge=0, le=4_294_967_295, description="replication server id (0: a random id per run)"
