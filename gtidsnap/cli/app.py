@@ -23,10 +23,10 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
-from gtidsnap.cli.output import err, error_line, out, say
+from gtidsnap.cli.output import EscapedLog, err, error_line, out, printable, say
 from gtidsnap.cli.snapshot_commands import snapshot_app
 from gtidsnap.config.loading import Config, load_config, parse_table_name
-from gtidsnap.core.errors import GtidsnapError
+from gtidsnap.core.errors import GtidsnapError, PrerequisiteError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext, TableProgress
 from gtidsnap.core.run_stats import RunStats, throughput_line
@@ -71,7 +71,7 @@ SNAPSHOT_FAILED = 3  # exit status of a run that ended with a snapshot it was as
 def _fail(exc: BaseException | str, code: int = 1) -> typer.Exit:
     """Print the error and return the exit to raise (raised here too, so callers may ignore it). An
     error whose type says a retry may help (``retryable``: a server or the output unreachable) says so."""
-    error_line(str(exc))
+    error_line(str(exc), lines=isinstance(exc, PrerequisiteError))  # its problems a line each
     if isinstance(exc, GtidsnapError) and exc.retryable:
         say(err, RETRY_HINT)
     raise typer.Exit(code)
@@ -86,6 +86,7 @@ def _setup_logging(verbose: bool) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.addFilter(EscapedLog())  # a forged line or a terminal escape never reaches the log
     logging.basicConfig(level=level, format=fmt, handlers=[handler], force=True)
     for noisy in ("pymysqlreplication", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -122,7 +123,7 @@ def check(
     if problems:
         error_line(f"{len(problems)} problem(s) on {where}:")
         for p in problems:
-            say(err, f"  - {p}")
+            say(err, f"  - {printable(str(p))}")
         raise typer.Exit(1)
     say(out, ("ok", "green"), f": {where} is ready for gtidsnap ({len(tables)} table(s) checked)")
 
@@ -182,10 +183,10 @@ class _Display:
             state = f"{state}: {note}"
         if t.table not in self.tasks:
             self.tasks[t.table] = self.progress.add_task(
-                escape(str(t.table)), total=None, rows=0, chunks=0, state=state
+                escape(printable(str(t.table))), total=None, rows=0, chunks=0, state=escape(printable(state))
             )
         task = self.tasks[t.table]
-        self.progress.update(task, rows=t.rows, chunks=t.chunks, state=state)
+        self.progress.update(task, rows=t.rows, chunks=t.chunks, state=escape(printable(state)))
         if t.done:
             self.progress.update(task, total=1, completed=1)
 
@@ -278,7 +279,7 @@ def run(
     )
     if stats.failed:  # the output lacks those tables' rows: never an exit 0 a pipeline takes for success
         for table, reason in sorted(stats.failed.items()):
-            say(err, f"snapshot of {table} failed: {reason}")
+            say(err, printable(f"snapshot of {table} failed: {reason}"))
         error_line(
             f"{len(stats.failed)} snapshot(s) failed: {', '.join(sorted(stats.failed))}; their rows are not "
             "in the output (their changes are): fix the cause, then the same command reads them again"
@@ -306,7 +307,7 @@ def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
         state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
         last = ", ".join(map(str, t.last_key)) if t.last_key else ""
         cells = (str(t.table), state, f"{t.chunks:,}", f"{t.rows:,}", last, t.error or t.condition or "")
-        table.add_row(*(Text(c) for c in cells))
+        table.add_row(*(Text(printable(c)) for c in cells))
     if cp.context.paused:
         say(out, ("snapshots are paused", "yellow"))
     out.print(table)
@@ -315,7 +316,7 @@ def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
         signals = Table("id", "type", "offset", "outcome", title="signals")
         for h in history:
             fields = (h.id or "-", h.type, str(h.offset), h.outcome)
-            signals.add_row(*(Text(c) for c in fields))
+            signals.add_row(*(Text(printable(c)) for c in fields))
         out.print(signals)
 
 

@@ -73,6 +73,8 @@ def parse_signal(
             raise SignalError(f'"id" must be a non-empty string, got {_show(raw_id)}')
         if raw_id is not None and len(raw_id) > MAX_ID_CHARS:
             raise SignalError(f'"id" has {len(raw_id)} characters; at most {MAX_ID_CHARS} are taken')
+        if raw_id is not None and not raw_id.isprintable():  # shown in logs, `status`, terminals
+            raise SignalError(f'"id" {_show(raw_id)} holds control characters: write it without them')
         signal_id = raw_id
         raw_kind = message.get("type")
         if isinstance(raw_kind, str):

@@ -123,6 +123,9 @@ def fingerprint(folder: Path) -> dict[str, str]:
     }
 
 
+ESCAPE_NAME = "e\x1b[2Jx"  # ESC [ 2 J clears a terminal's screen
+
+
 @pytest.fixture(scope="module")
 def stage(mariadb_pair: ReplicaPair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
     pair = mariadb_pair
@@ -135,6 +138,8 @@ def stage(mariadb_pair: ReplicaPair, tmp_path_factory: pytest.TempPathFactory) -
             "CREATE TABLE nokey (a INT)",
             "CREATE TABLE `[red]x` (id INT PRIMARY KEY)",
             "INSERT INTO `[red]x` VALUES (1), (2)",
+            f"CREATE TABLE `{ESCAPE_NAME}` (id INT PRIMARY KEY)",  # a quoted identifier may hold ESC
+            f"INSERT INTO `{ESCAPE_NAME}` VALUES (1)",
             many=[("INSERT INTO t VALUES (%s, 0, %s)", [(i, f"p{i}") for i in range(30)])],
         )
         stage = Stage(pair, db, tmp_path_factory.mktemp("bad-input-base"), reader_env(pair))
@@ -642,6 +647,25 @@ def test_markup_in_table_names_prints_as_itself(
     status = run_cli(["status", "--checkpoint", str(tmp_path / "checkpoint.json")], stage.env, capsys)
     assert status.code == 0 and f"{stage.db}.[red]x" in status.out, status.out + status.err
     assert "Traceback" not in status.err
+
+
+def test_control_characters_in_a_table_name_are_escaped_everywhere(
+    stage: Stage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table whose name holds ESC is snapshotted; its name reaches the log, the summary, ``status``
+    and an error with the escape shown as ``\\x1b``, never raw (it would clear the operator's screen)."""
+    table = f"{stage.db}.{ESCAPE_NAME}"
+    result = run_cli([*stage.good_args(tmp_path), "--snapshot", table], stage.env, capsys)
+    assert result.code == 0, result.err
+    assert f"{stage.db}.e\\x1b[2Jx" in result.err, result.err  # its snapshot's log lines
+    status = run_cli(["status", "--checkpoint", str(tmp_path / "checkpoint.json")], stage.env, capsys)
+    assert status.code == 0 and f"{stage.db}.e\\x1b[2Jx" in status.out, status.out + status.err
+    forged = f"{table}\nerror: forged"  # a missing table: named in the one error line
+    missing = run_cli([*stage.good_args(tmp_path), "--snapshot", forged], stage.env, capsys)
+    assert missing.code == 1 and len(missing.error_lines()) == 1, missing.err
+    assert "\\x1b[2Jx\\nerror: forged" in missing.error_lines()[0], missing.err
+    for shown in (result, status, missing):
+        assert "\x1b" not in shown.out + shown.err, repr(shown.out + shown.err)
 
 
 def test_real_entry_point_prints_one_line_and_no_traceback(stage: Stage, tmp_path: Path) -> None:

@@ -55,6 +55,8 @@ def bad_signals(db: str) -> list[tuple[str, bytes | Any, str]]:
         ("id a number", {"id": 5, "type": "pause-snapshot"}, '"id" must be a non-empty string'),
         ("id blank", {"id": "  ", "type": "pause-snapshot"}, '"id" must be a non-empty string'),
         ("id huge", {"id": "i" * 5000, "type": "pause-snapshot"}, "at most 128"),
+        ("id forging a log line", {"id": "x\nERROR forged", "type": "pause-snapshot"}, "control characters"),
+        ("id clearing a screen", {"id": "\x1b[2J", "type": "pause-snapshot"}, "control characters"),
         (
             "message huge",
             start({"data-collections": [orders], "pad": "p" * MAX_MESSAGE_BYTES}),

@@ -141,6 +141,8 @@ BAD: dict[str, tuple[Any, str]] = {
     "type not a string": ({"type": 5}, 'unknown "type" 5'),
     "id not a string": ({"id": 5, "type": "pause-snapshot"}, '"id" must be a non-empty string'),
     "empty id": ({"id": " ", "type": "pause-snapshot"}, '"id" must be a non-empty string'),
+    "id with a newline": ({"id": "a\nERROR x", "type": "pause-snapshot"}, '"id" "a\\nERROR x" holds control'),
+    "id with an escape": ({"id": "\x1b[2J", "type": "pause-snapshot"}, '"id" "\\u001b[2J" holds control'),
     "execute without data": ({"type": EXEC}, 'has no "data"'),
     "data not an object": ({"type": EXEC, "data": ["db.t"]}, 'has an array as "data"'),
     "stop data not an object": ({"type": "stop-snapshot", "data": "db.t"}, 'has a string as "data"'),
