@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
+from gtidsnap.core.json_fields import typed_field
 from gtidsnap.core.model import Flavor
 from gtidsnap.core.plan import SnapshotContext
 from gtidsnap.core.signal_ledger import SignalLedger
@@ -59,36 +60,24 @@ class Checkpoint:
             raise ValueError(f"it holds {type(data).__name__ if data is not None else 'null'}, not an object")
         if data.get("format") != FORMAT_VERSION:
             raise ValueError(f"format {data.get('format')!r} is not {FORMAT_VERSION}")
-        flavor = _field(data, "flavor", str)
+        flavor = typed_field(data, "flavor", str)
         if flavor not in FLAVORS:
             raise ValueError(f"flavor {flavor!r} is not one of {', '.join(FLAVORS)}")
-        next_seq = _field(data, "next_seq", int)
+        next_seq = typed_field(data, "next_seq", int)
         if next_seq < 1:
             raise ValueError(f"next_seq {next_seq} is not positive")
         try:
-            context = SnapshotContext.from_json(_field(data, "context", dict))
+            context = SnapshotContext.from_json(typed_field(data, "context", dict))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"context is not a snapshot context ({type(exc).__name__}: {exc})") from None
         return cls(
             flavor=flavor,
-            processed=parse_gtid_set(flavor, _field(data, "processed", str)),
+            processed=parse_gtid_set(flavor, typed_field(data, "processed", str)),
             next_seq=next_seq,
             sink_position=data.get("sink_position"),
             context=context,
-            signals=SignalLedger.from_json(_field(data, "signals", dict, {})),
+            signals=SignalLedger.from_json(typed_field(data, "signals", dict, {})),
         )
-
-
-def _field(data: dict[str, Any], name: str, kind: type, default: Any = ...) -> Any:
-    """``data[name]``, which must be a ``kind`` (bool is no int here)."""
-    if name not in data:
-        if default is not ...:
-            return default
-        raise ValueError(f"field {name!r} is missing")
-    value = data[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"field {name!r} is {type(value).__name__}, not {kind.__name__}")
-    return value
 
 
 def resume_problem(

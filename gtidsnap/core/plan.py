@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from gtidsnap.core.json_fields import count_field, typed_field
 from gtidsnap.core.model import TableId
 
 RawKey = tuple[Any, ...]
@@ -128,17 +129,19 @@ class TableProgress:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TableProgress:
+        """As :meth:`to_json` wrote it; ValueError names the first field that is not."""
+        optional = (str, type(None))
         return cls(
-            table=TableId.parse(data["table"]),
-            max_key=decode_key(data["max_key"]),
-            last_key=decode_key(data["last_key"]),
-            started=bool(data["started"]),
-            done=bool(data["done"]),
-            chunks=int(data["chunks"]),
-            rows=int(data["rows"]),
-            condition=data.get("condition"),
-            error=data.get("error"),
-            fresh=bool(data.get("fresh", False)),
+            table=TableId.parse(typed_field(data, "table", str)),
+            max_key=decode_key(typed_field(data, "max_key", (list, type(None)))),
+            last_key=decode_key(typed_field(data, "last_key", (list, type(None)))),
+            started=typed_field(data, "started", bool),
+            done=typed_field(data, "done", bool),
+            chunks=count_field(data, "chunks"),
+            rows=count_field(data, "rows"),
+            condition=typed_field(data, "condition", optional, None),
+            error=typed_field(data, "error", optional, None),
+            fresh=typed_field(data, "fresh", bool, False),
         )
 
 
@@ -197,9 +200,12 @@ class SnapshotContext:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SnapshotContext:
-        names = data.get("snapshotted")
+        """As :meth:`to_json` wrote it; ValueError names the first field that is not."""
+        names = typed_field(data, "snapshotted", (list, type(None)), None)
+        tables = typed_field(data, "tables", list, [])
+        entries = [typed_field({f"tables[{i}]": t}, f"tables[{i}]", dict) for i, t in enumerate(tables)]
         return cls(
-            tables=tuple(TableProgress.from_json(t) for t in data.get("tables", [])),
-            paused=bool(data.get("paused", False)),
+            tables=tuple(TableProgress.from_json(t) for t in entries),
+            paused=typed_field(data, "paused", bool, False),
             snapshotted=None if names is None else frozenset(TableId.parse(n) for n in names),
         )

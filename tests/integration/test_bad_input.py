@@ -546,6 +546,8 @@ CHECKPOINT_CASES: list[Case] = [
 ]
 # Checkpoints edited by hand: (name, fields replaced, what the error line must contain)
 MYSQL_SET = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"
+EDITED_PROGRESS = {"table": "x.t", "max_key": None, "last_key": None, "started": True, "done": False}
+EDITED_PROGRESS |= {"chunks": 0, "rows": 0}
 CHECKPOINT_EDITS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("seq as text", {"next_seq": "x"}, ["next_seq"]),
     ("seq zero", {"next_seq": 0}, ["next_seq"]),
@@ -563,6 +565,13 @@ CHECKPOINT_EDITS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("context not an object", {"context": []}, ["context"]),
     ("tables not a list", {"context": {"tables": 5}}, ["context"]),
     ("table progress without a name", {"context": {"tables": [{"rows": 1}]}}, ["context"]),
+    (  # read by truthiness, "false" marked the snapshot done with none of its rows
+        "table progress done as text",
+        {"context": {"tables": [{**EDITED_PROGRESS, "done": "false"}]}},
+        ["'done' is str, not bool"],
+    ),
+    ("table progress rows as text", {"context": {"tables": [{**EDITED_PROGRESS, "rows": "12"}]}}, ["'rows'"]),
+    ("table progress error a number", {"context": {"tables": [{**EDITED_PROGRESS, "error": 5}]}}, ["'error'"]),
     ("signals not an object", {"signals": "x"}, ["signals"]),
 ]
 ALL_CASES = CONFIG_CASES + ENV_CASES + FLAG_CASES + CHECKPOINT_CASES

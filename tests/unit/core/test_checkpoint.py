@@ -74,6 +74,20 @@ GOOD = {
 }
 
 
+PROGRESS = {  # one table's progress as TableProgress.to_json writes it
+    "table": "shop.orders",
+    "max_key": None,
+    "last_key": None,
+    "started": True,
+    "done": False,
+    "chunks": 2,
+    "rows": 40,
+    "condition": None,
+    "error": None,
+    "fresh": True,
+}
+
+
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
@@ -93,6 +107,23 @@ GOOD = {
         (json.dumps({k: v for k, v in GOOD.items() if k != "context"}).encode(), "'context' is missing"),
         (json.dumps({**GOOD, "context": {"tables": [{"table": "nodot"}]}}).encode(), "context"),
         (json.dumps({**GOOD, "signals": []}).encode(), "'signals' is list"),
+        # a table's progress as written, or refused: read by truthiness, "false" marked it done
+        *(
+            (json.dumps({**GOOD, "context": {"tables": [{**PROGRESS, **bad}]}}).encode(), why)
+            for bad, why in (
+                ({"done": "false"}, "'done' is str, not bool"),
+                ({"started": 1}, "'started' is int, not bool"),
+                ({"rows": "12"}, "'rows' is str, not int"),
+                ({"rows": True}, "'rows' is bool, not int"),
+                ({"chunks": -3}, "'chunks' is -3, not 0 or more"),
+                ({"condition": ["a = 1"]}, "'condition' is list, not str or null"),
+                ({"error": 5}, "'error' is int, not str or null"),
+                ({"fresh": None}, "'fresh' is null, not bool"),
+                ({"last_key": "7"}, "'last_key' is str, not list or null"),
+            )
+        ),
+        (json.dumps({**GOOD, "context": {"tables": [5]}}).encode(), "'tables[0]' is int, not dict"),
+        (json.dumps({**GOOD, "context": {"tables": [], "paused": "no"}}).encode(), "'paused' is str"),
     ],
 )
 def test_a_file_that_is_not_a_checkpoint_is_one_clear_error(
@@ -123,3 +154,8 @@ def test_a_good_checkpoint_round_trips(tmp_path: Path) -> None:
     store.save(checkpoint("mysql", f"{U1}:1-5"))
     loaded = store.load()
     assert loaded is not None and loaded.processed == mysql(f"{U1}:1-5") and loaded.flavor == "mysql"
+
+
+def test_a_table_progress_as_written_is_read_back() -> None:
+    context = SnapshotContext.from_json({"tables": [PROGRESS, {**PROGRESS, "done": True, "error": "x"}]})
+    assert [t.to_json() for t in context.tables] == [PROGRESS, {**PROGRESS, "done": True, "error": "x"}]
