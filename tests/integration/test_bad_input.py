@@ -571,7 +571,7 @@ CHECKPOINT_EDITS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["'done' is str, not bool"],
     ),
     ("table progress rows as text", {"context": {"tables": [{**EDITED_PROGRESS, "rows": "12"}]}}, ["'rows'"]),
-    ("table progress error a number", {"context": {"tables": [{**EDITED_PROGRESS, "error": 5}]}}, ["'error'"]),
+    ("table error a number", {"context": {"tables": [{**EDITED_PROGRESS, "error": 5}]}}, ["'error'"]),
     ("signals not an object", {"signals": "x"}, ["signals"]),
 ]
 ALL_CASES = CONFIG_CASES + ENV_CASES + FLAG_CASES + CHECKPOINT_CASES
