@@ -5,11 +5,13 @@ Kept apart from the CLI so that tests, benchmarks and other front ends build the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gtidsnap.config.loading import Config, SignalSettings
+from gtidsnap.config.settings import usable_cpus
 from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.errors import ConfigError
 from gtidsnap.core.gtid import GtidSet
@@ -31,6 +33,9 @@ from gtidsnap.source.replica import Replica
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+READERS_PER_CPU = 2  # more reader processes than this a CPU are warned about: each is memory and a connection
 
 
 def make_sink(
@@ -113,6 +118,15 @@ def chunk_readers(
         from gtidsnap.snapshot.spark_readers import SparkChunkReaders  # pyspark only when asked for
 
         return SparkChunkReaders(config.source, snapshot.readers, spark_factory or _spark_of(config))
+    cpus = usable_cpus()
+    if snapshot.readers > READERS_PER_CPU * cpus:
+        log.warning(
+            "snapshot.readers = %d on %d CPU(s): each reader is a process (45-80 MB) and a connection to "
+            "the replica, and more than %d a CPU only add those",
+            snapshot.readers,
+            cpus,
+            READERS_PER_CPU,
+        )
     return ProcessChunkReaders(config.source, snapshot.readers)
 
 

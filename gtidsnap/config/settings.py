@@ -42,11 +42,15 @@ def default_readers() -> int:
     most ``MAX_DEFAULT_READERS``. Measured on 2 CPUs (a 1M-row snapshot into Delta, same hour): a
     second reader made it ~14% faster and the snapshot's processes 77 MB larger (a reader is Python,
     PyMySQL and pyarrow: ~77 MB whatever it reads), past the 300 MB they are held to."""
+    return min(MAX_DEFAULT_READERS, usable_cpus() - 1)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return min(MAX_DEFAULT_READERS, cpus - 1)
+        return os.cpu_count() or 1
 
 
 def show_value(value: Any) -> str:

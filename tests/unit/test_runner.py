@@ -1,0 +1,29 @@
+"""The wiring's warnings about configurations that cost without helping."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gtidsnap import runner
+from gtidsnap.config.loading import load_config
+from gtidsnap.snapshot.readers import ProcessChunkReaders
+
+
+@pytest.mark.parametrize(("readers", "warned"), [(4, False), (5, True), (64, True)])
+def test_more_reader_processes_than_two_a_cpu_are_warned_about(
+    readers: int, warned: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 2)
+    config = load_config(None, {"GTIDSNAP_SNAPSHOT_READERS": str(readers)})
+    with caplog.at_level(logging.WARNING, "gtidsnap.runner"):
+        pool = runner.chunk_readers(config)
+    assert isinstance(pool, ProcessChunkReaders)  # built, not started: no process yet
+    messages = [r.getMessage() for r in caplog.records]
+    assert bool(messages) is warned, messages
+    if warned:
+        assert messages == [
+            f"snapshot.readers = {readers} on 2 CPU(s): each reader is a process (45-80 MB) and a connection "
+            "to the replica, and more than 2 a CPU only add those"
+        ]
