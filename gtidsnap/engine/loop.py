@@ -21,6 +21,7 @@ became of each chunk as plain data; the engine applies those answers to its stat
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import time
@@ -61,7 +62,7 @@ from gtidsnap.core.schema_cache import SchemaCache
 from gtidsnap.core.signal_ledger import SignalLedger
 from gtidsnap.engine.checkpoint_store import resumable
 from gtidsnap.engine.committer import Commits
-from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step
+from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step, take_commands
 from gtidsnap.engine.stream_pump import PumpedStream, ShapesForgotten
 from gtidsnap.snapshot.planner import (
     ChunkPlanner,
@@ -123,6 +124,7 @@ class Engine:
             replica, readers=1, ranges=1, pauses_s=self.stats.chunk_pause_s
         )
         self._chunks: ChunkPlanner | None = None  # set while run() runs
+        self._catalog: Callable[[], list[TableId]] = replica.tables  # the replica's tables (request patterns)
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
@@ -254,11 +256,8 @@ class Engine:
     def _drain_commands(self) -> None:
         if not self.commands.queue:  # checked once per event: a lock-free look (len of a deque is atomic)
             return  # spares the lock and the raised queue.Empty, ~3% of streaming time when profiled
-        while True:
-            try:
-                command = self.commands.get_nowait()
-            except queue.Empty:
-                return
+        self._catalog = functools.cache(self.replica.tables)  # read once a turn, not once a request
+        for command in take_commands(self.commands):  # a flood waits for the next turns
             self._apply(command)
 
     def _apply(self, command: Command) -> None:
@@ -266,7 +265,7 @@ class Engine:
             self._apply_signal(command)
             return
         if isinstance(command, StartSnapshot):
-            for table, condition in checked_request(command, self.replica.tables, self.schemas).items():
+            for table, condition in checked_request(command, self._catalog, self.schemas).items():
                 self.captured.add(table)
                 self.context = self.context.enqueue([table], condition)
         elif isinstance(command, StopSnapshot):

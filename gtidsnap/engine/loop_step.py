@@ -7,16 +7,20 @@ choice itself lives here so it can be tested without a replica, a stream or a cl
 
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass, replace
 from enum import Enum
 
 from gtidsnap.config.settings import DEFAULTS
-from gtidsnap.core.commands import SetChunkDelay, SetChunkSize
+from gtidsnap.core.commands import Command, SetChunkDelay, SetChunkSize
 from gtidsnap.core.errors import ConfigError
 
 # A chunk due sooner than this is waited for with a sleep; a later one lets the stream run meanwhile
 # (an idle stream's read returns only at the next heartbeat, which would cost a heartbeat per chunk).
 SHORT_CHUNK_WAIT_S = 0.05
+# Commands (signals) a loop turn takes at most: a flood of them waits for the next turns, the stream and
+# the commits going on between (10,000 signals drained in one turn stalled the stream ~15 s).
+COMMANDS_PER_TURN = 50
 
 
 @dataclass(frozen=True)
@@ -79,3 +83,14 @@ def commit_due(
     if committer_busy:
         return False
     return since_commit_s >= interval_s
+
+
+def take_commands(commands: queue.Queue[Command], most: int = COMMANDS_PER_TURN) -> list[Command]:
+    """Up to ``most`` of the commands waiting, oldest first, without blocking."""
+    taken: list[Command] = []
+    while len(taken) < most:
+        try:
+            taken.append(commands.get_nowait())
+        except queue.Empty:
+            break
+    return taken

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import queue
 import random
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.signal_ledger import SignalLedger
 from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.engine.loop import Engine
-from gtidsnap.engine.loop_step import EngineSettings
+from gtidsnap.engine.loop_step import COMMANDS_PER_TURN, EngineSettings, take_commands
 from gtidsnap.sinks.jsonl import JsonlSink
 from gtidsnap.snapshot.readers import InlineChunkReaders
 from tests.fakes import FakeChunk, FakeReplica, FakeStream, SealingJsonl, T, World
@@ -432,3 +433,45 @@ def test_a_refused_signal_id_may_be_sent_again() -> None:
     engine._apply(SignalReceived(0, 2, "a", "execute-snapshot", StartSnapshot(selectors=("shop.orders",))))
     outcomes = [h.outcome for h in engine.signals.history]
     assert outcomes[0].startswith("refused: ") and outcomes[1:] == ["done", "ignored: duplicate id"]
+
+
+class CountingCatalog(FakeReplica):
+    """Counts the catalog reads that requests with table patterns cost."""
+
+    catalog_reads = 0
+
+    def tables(self) -> list[TableId]:
+        self.catalog_reads += 1
+        return super().tables()
+
+
+def test_a_flood_of_requests_is_taken_a_bounded_number_a_turn_with_one_catalog_read_each(
+    tmp_path: Path,
+) -> None:
+    """10,000 signals drained in one turn stalled the stream ~15 s with no checkpoint: a turn now takes
+    at most COMMANDS_PER_TURN of them, and reads the catalog once for all it takes."""
+    world = World(random.Random(8), rows=6)
+    replica = CountingCatalog(world)
+    engine = Engine(
+        replica,
+        lambda start, schema_of: FakeStream(world, start, lambda: None),
+        JsonlSink(tmp_path / "o.jsonl"),
+        CheckpointStore(tmp_path / "c.json"),
+        EngineSettings(chunk_size=3, checkpoint_interval_s=0.0),
+    )
+    flood = 2 * COMMANDS_PER_TURN + 7
+    for _ in range(flood):
+        engine.commands.put(StartSnapshot(selectors=(r"shop\.ord.*",)))
+    stats = engine.run(until_caught_up=True)
+    # three turns took them (all in one turn would be one read; one read a request, 107)
+    assert engine.commands.empty() and replica.catalog_reads == 3
+    assert stats.snapshot_rows == len(world.table)  # the table's snapshot once, not once a request
+
+
+def test_take_commands_takes_at_most_its_bound_oldest_first() -> None:
+    commands: queue.Queue[Any] = queue.Queue()
+    for i in range(7):
+        commands.put(SetChunkSize(i + 1))
+    assert take_commands(commands, 3) == [SetChunkSize(1), SetChunkSize(2), SetChunkSize(3)]
+    assert take_commands(commands, 3) == [SetChunkSize(4), SetChunkSize(5), SetChunkSize(6)]
+    assert take_commands(commands, 3) == [SetChunkSize(7)] and take_commands(commands) == []
