@@ -10,6 +10,7 @@ id as written (markup included) and the checkpoint has stayed small.
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ pytestmark = pytest.mark.integration
 EXEC = "execute-snapshot"
 KEY = CONNECTOR.encode()
 LONG_NAME = "x" * 60  # a table whose name a backtracking regex engine would choke on
+FLOOD = 10_000  # signals sent at once
+FLOOD_LAG_S = 5.0  # a row written meanwhile comes out within this (measured ~15 s when a turn took them all)
 
 
 def start(data: Any, signal_id: str | None = None) -> dict[str, Any]:
@@ -181,6 +184,17 @@ def test_no_bad_signal_stops_or_stalls_the_stream(
             )
             assert "out of range" in failed, failed
             streamed_after("a filter the server rejects")
+
+            # A flood: 10,000 requests that each need the catalog (a pattern that matches no table). Drained
+            # in one loop turn they stalled the stream ~15 s; a turn takes a bounded share of them now.
+            flood = {"type": EXEC, "data": {"data-collections": [f"{db}\\.nomatch_.*"]}}
+            produce_raw(kafka_broker, kafka_topic, [(KEY, flood)] * FLOOD)
+            run.wait("the flood to reach the engine", lambda: run.engine.commands.qsize() > FLOOD // 10)
+            started = time.monotonic()
+            streamed_after("a flood of 10,000 requests")
+            lag = time.monotonic() - started
+            print(f"stream lag under a flood of {FLOOD:,} signals: {lag:.2f} s")
+            assert lag < FLOOD_LAG_S, f"a flood of {FLOOD:,} signals stalled the stream {lag:.1f} s"
 
             # An id made of markup: acted on, and shown as written by `gtidsnap status`.
             produce_raw(kafka_broker, kafka_topic, [(KEY, {"id": "[/]", "type": "pause-snapshot"})])
