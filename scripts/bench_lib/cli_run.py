@@ -333,20 +333,19 @@ def descendants(pid: int) -> list[int]:
 
 
 def vm_hwm_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
+    """``pid``'s peak resident set size (0: gone)."""
+    return _proc_kb(pid, "status", "VmHWM:")
 
 
 def pss_kb(pid: int) -> int:
     """``pid``'s proportional set size (0: gone)."""
+    return _proc_kb(pid, "smaps_rollup", "Pss:")
+
+
+def _proc_kb(pid: int, file: str, name: str) -> int:
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+            if line.startswith(name):
                 return int(line.split()[1])
     except (OSError, ValueError):
         pass

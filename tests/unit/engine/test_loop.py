@@ -294,15 +294,18 @@ def test_a_statement_the_server_refuses_fails_only_that_snapshot(tmp_path: Path)
     world = World(random.Random(3), rows=10, writes=5)
     world.stream_writes = False  # the stream is read ahead on the pump's thread: no write after the run
     out = tmp_path / "o.jsonl"
-    engine = Engine(
-        RefusingReplica(world),
-        lambda start, schema_of: FakeStream(world, start, lambda: None),
-        JsonlSink(out),
-        CheckpointStore(tmp_path / "c.json"),
-        EngineSettings(chunk_size=3, checkpoint_interval_s=0.0),
-        captured=[T],
-    )
-    stats = engine.run(snapshot=[T], until_caught_up=True)
+
+    def engine(replica: FakeReplica) -> Engine:
+        return Engine(
+            replica,
+            lambda start, schema_of: FakeStream(world, start, lambda: None),
+            JsonlSink(out),
+            CheckpointStore(tmp_path / "c.json"),
+            EngineSettings(chunk_size=3, checkpoint_interval_s=0.0),
+            captured=[T],
+        )
+
+    stats = engine(RefusingReplica(world)).run(snapshot=[T], until_caught_up=True)
     assert list(stats.failed) == [str(T)] and "error 1690: out of range" in stats.failed[str(T)]
     (table,) = json.loads((tmp_path / "c.json").read_text())["context"]["tables"]
     assert table["done"] and "error 1690: out of range" in table["error"] and table["rows"] == 0
@@ -313,21 +316,11 @@ def test_a_statement_the_server_refuses_fails_only_that_snapshot(tmp_path: Path)
     assert len(records) == sum(isinstance(e, RowChange) for e in changes)
 
     # the same command once the server takes the SELECT: the failed snapshot is read again, in full
-    def again() -> Engine:
-        return Engine(
-            FakeReplica(world),
-            lambda start, schema_of: FakeStream(world, start, lambda: None),
-            JsonlSink(out),
-            CheckpointStore(tmp_path / "c.json"),
-            EngineSettings(chunk_size=3, checkpoint_interval_s=0.0),
-            captured=[T],
-        )
-
-    assert again().run(snapshot=[T], until_caught_up=True).failed == {}
+    assert engine(FakeReplica(world)).run(snapshot=[T], until_caught_up=True).failed == {}
     failed, redone = json.loads((tmp_path / "c.json").read_text())["context"]["tables"]
     assert failed["error"] and redone["done"] and not redone["error"] and redone["rows"] == len(world.table)
     # and a table whose snapshot finished is not read again
-    assert again().run(snapshot=[T], until_caught_up=True).snapshot_rows == 0
+    assert engine(FakeReplica(world)).run(snapshot=[T], until_caught_up=True).snapshot_rows == 0
 
 
 class RenamedAwayReplica(FakeReplica):
