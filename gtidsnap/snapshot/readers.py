@@ -61,6 +61,8 @@ from gtidsnap.source.low_watermark import LowWatermark
 log = logging.getLogger(__name__)
 
 PARENT_CHECK_S = 0.5  # how often a reader checks that its engine is alive
+HUNG_SLACK_S = 10.0  # added to the longest a read can take before its reader counts as hung
+READER_EXIT_S = 2.0  # how long a closing pool waits for a reader to end before killing it
 
 
 def read_chunk(replica: ReplicaPort, job: ChunkJob, watermark: LowWatermark | None = None) -> ChunkRead:
@@ -162,12 +164,23 @@ def _worker_read(job: ChunkJob) -> ChunkRead:
 
 @dataclass
 class ProcessChunkReaders:
-    """``size`` reader processes, each with its own connection to the replica (see the module doc)."""
+    """``size`` reader processes, each with its own connection to the replica (see the module doc).
+
+    A read that has not come back ``hung_after_s`` after it was handed to a reader (a stopped or hung
+    process: its statements are bounded by the server's limit and the socket's timeout) is reported,
+    the readers are killed and started again, and the chunks in flight are read again, as when a
+    reader dies. Closing kills a reader that does not end by itself, so a run never waits on one."""
 
     settings: ConnectionSettings
     readers: int
+    hung_after_s: float | None = None  # None: twice the longest a read can take (statement and socket)
     _pool: ProcessPoolExecutor | None = None
     _futures: list[Future[ChunkRead]] = field(default_factory=list)
+    _handed: dict[Future[ChunkRead], float] = field(default_factory=dict)  # when each went to a reader
+
+    def __post_init__(self) -> None:
+        if self.hung_after_s is None:  # a job may wait in the call queue behind one that runs
+            self.hung_after_s = 2 * self.settings.read_timeout + HUNG_SLACK_S
 
     @property
     def size(self) -> int:
@@ -208,7 +221,7 @@ class ProcessChunkReaders:
             return [], False
         done = [f for f in self._futures if f.done()]
         if not done:
-            return [], False
+            return [], self._hung()
         reads: list[ChunkRead] = []
         broken = False
         for future in done:
@@ -222,12 +235,44 @@ class ProcessChunkReaders:
             return [], True
         # Keep exactly the futures not read above: one finishing meanwhile is read next time, never lost.
         self._futures = [f for f in self._futures if f not in done]
+        for future in done:
+            self._handed.pop(future, None)
         return reads, False
 
-    def _drop_pool(self) -> None:
-        pool, self._pool, self._futures = self._pool, None, []
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+    def _hung(self) -> bool:
+        """Has a read handed to a reader not come back within ``hung_after_s``? Then start again."""
+        now = time.monotonic()
+        for future in self._futures:
+            if future.running():  # handed to the readers' call queue
+                self._handed.setdefault(future, now)
+        waited = max((now - t for f, t in self._handed.items() if not f.done()), default=0.0)
+        assert self.hung_after_s is not None
+        if waited <= self.hung_after_s:
+            return False
+        log.warning(
+            "a chunk read has not come back from its reader in %.0f s (the process is stopped or hung): "
+            "the readers are started again and the chunks in flight read again",
+            waited,
+        )
+        self._drop_pool(kill=True)
+        return True
+
+    def _drop_pool(self, kill: bool = False) -> None:
+        """Shut the readers down; ``kill``: at once (a stopped process never ends by itself), else
+        each gets ``READER_EXIT_S`` to end on its own."""
+        pool, self._pool, self._futures, self._handed = self._pool, None, [], {}
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # CPython's, read only here
+        if kill:
+            for process in processes:
+                process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + READER_EXIT_S
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():  # stopped or hung: the run must not wait for it at exit
+                process.kill()
 
     def close(self) -> None:
         self._drop_pool()

@@ -41,6 +41,9 @@ class TlsMode(Enum):
     REQUIRED = "required"  # TLS, server certificate verified against ``ca``
 
 
+READ_TIMEOUT_MARGIN_S = 30.0  # the client gives up this long after the server's statement limit
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
     """Where the replica listens and who we are there. Example::
@@ -58,6 +61,11 @@ class ConnectionSettings:
     # Seconds any one statement gtidsnap runs may take on the replica (a server-side limit): a snapshot
     # whose chunk SELECT takes longer fails, streaming goes on. Applied by the replica adapter.
     statement_timeout: float = 30.0
+
+    @property
+    def read_timeout(self) -> float:
+        """How long the client waits for a statement's answer: the server's limit and a margin."""
+        return self.statement_timeout + READ_TIMEOUT_MARGIN_S
 
     def describe(self) -> str:
         """For messages: never includes the password."""

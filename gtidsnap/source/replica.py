@@ -59,7 +59,6 @@ from gtidsnap.source.server_errors import CR_SSL_CONNECTION_ERROR, Meaning, code
 
 T = TypeVar("T")
 
-READ_TIMEOUT_MARGIN_S = 30.0  # the client gives up this long after the server's statement limit
 ROW_PARSERS_KEPT = 256  # result shapes whose row parsers a session keeps (then it starts afresh)
 
 
@@ -79,9 +78,7 @@ class Replica:
     def __init__(self, settings: ConnectionSettings, read_timeout: float | None = None) -> None:
         """``read_timeout`` (seconds) defaults to the statement time limit plus a margin."""
         self.settings = settings
-        self._read_timeout = (
-            read_timeout if read_timeout is not None else settings.statement_timeout + READ_TIMEOUT_MARGIN_S
-        )
+        self._read_timeout = read_timeout if read_timeout is not None else settings.read_timeout
         self._catalog = Catalog(self._dicts, settings.describe())
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._lock = threading.RLock()

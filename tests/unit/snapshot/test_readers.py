@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import socket
 import time
 from collections.abc import Sequence
@@ -305,3 +306,59 @@ def test_a_reader_whose_engine_died_before_its_watchdog_started_ends_at_once(
     while not codes and time.monotonic() < deadline:
         time.sleep(0.01)
     assert codes == [0]
+
+
+def test_a_stopped_reader_is_reported_killed_and_its_chunks_read_again() -> None:
+    """A reader process stopped (SIGSTOP) with a job: no progress, no error. Past ``hung_after_s`` the
+    pool says broken (the planner reads the chunks in flight again), the stopped process is killed,
+    and the next job is read by a new reader; closing never waits on a reader."""
+    settings = ConnectionSettings("127.0.0.1", closed_port(), "gtidsnap", Secret("pw"), connect_timeout=2)
+    readers = ProcessChunkReaders(settings, readers=1, hung_after_s=1.0)
+    schema = TableSchema(SCHEMA.table, SCHEMA.columns, SCHEMA.key)
+    try:
+        readers.start()
+        assert readers._pool is not None
+        deadline = time.monotonic() + 20
+        while not readers._pool._processes and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.05)
+        [stopped] = list(readers._pool._processes.values())  # type: ignore[attr-defined]
+        os.kill(stopped.pid, signal.SIGSTOP)
+        readers.submit(ChunkJob(1, schema, None, (10,)))
+        started = time.monotonic()
+        broken = False
+        while not broken and time.monotonic() - started < 20:
+            reads, broken = readers.collect()
+            assert not reads
+            time.sleep(0.05)
+        assert broken, "a stopped reader was never noticed"
+        assert 1.0 <= time.monotonic() - started < 10
+        stopped.join(5)
+        assert not stopped.is_alive() and stopped.exitcode == -signal.SIGKILL
+        readers.submit(ChunkJob(2, schema, None, (10,)))  # a new reader takes it
+        reads = []
+        while not reads and time.monotonic() - started < 40:
+            reads, broken = readers.collect()
+            assert not broken
+            time.sleep(0.05)
+        assert [r.window for r in reads] == [2] and reads[0].failed  # the refused connection, as data
+    finally:
+        closing = time.monotonic()
+        readers.close()
+        assert time.monotonic() - closing < 5
+
+
+def test_closing_kills_a_reader_that_does_not_end() -> None:
+    settings = ConnectionSettings("127.0.0.1", closed_port(), "gtidsnap", Secret("pw"), connect_timeout=2)
+    readers = ProcessChunkReaders(settings, readers=1)
+    readers.start()
+    assert readers._pool is not None
+    deadline = time.monotonic() + 20
+    while not readers._pool._processes and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.05)
+    [stopped] = list(readers._pool._processes.values())  # type: ignore[attr-defined]
+    os.kill(stopped.pid, signal.SIGSTOP)
+    closing = time.monotonic()
+    readers.close()
+    assert time.monotonic() - closing < 5
+    stopped.join(5)
+    assert not stopped.is_alive()
