@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -308,6 +309,19 @@ def test_a_reader_whose_engine_died_before_its_watchdog_started_ends_at_once(
     assert codes == [0]
 
 
+def stopped_reader(readers: ProcessChunkReaders) -> Any:
+    """Start ``readers`` (one process) and stop its process with SIGSTOP: it holds whatever it is
+    handed, neither reading nor dying."""
+    readers.start()
+    assert readers._pool is not None
+    deadline = time.monotonic() + 20
+    while not readers._pool._processes and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.05)
+    [process] = list(readers._pool._processes.values())  # type: ignore[attr-defined]
+    os.kill(process.pid, signal.SIGSTOP)
+    return process
+
+
 def test_a_stopped_reader_is_reported_killed_and_its_chunks_read_again() -> None:
     """A reader process stopped (SIGSTOP) with a job: no progress, no error. Past ``hung_after_s`` the
     pool says broken (the planner reads the chunks in flight again), the stopped process is killed,
@@ -316,13 +330,7 @@ def test_a_stopped_reader_is_reported_killed_and_its_chunks_read_again() -> None
     readers = ProcessChunkReaders(settings, readers=1, hung_after_s=1.0)
     schema = TableSchema(SCHEMA.table, SCHEMA.columns, SCHEMA.key)
     try:
-        readers.start()
-        assert readers._pool is not None
-        deadline = time.monotonic() + 20
-        while not readers._pool._processes and time.monotonic() < deadline:  # type: ignore[attr-defined]
-            time.sleep(0.05)
-        [stopped] = list(readers._pool._processes.values())  # type: ignore[attr-defined]
-        os.kill(stopped.pid, signal.SIGSTOP)
+        stopped = stopped_reader(readers)
         readers.submit(ChunkJob(1, schema, None, (10,)))
         started = time.monotonic()
         broken = False
@@ -350,13 +358,7 @@ def test_a_stopped_reader_is_reported_killed_and_its_chunks_read_again() -> None
 def test_closing_kills_a_reader_that_does_not_end() -> None:
     settings = ConnectionSettings("127.0.0.1", closed_port(), "gtidsnap", Secret("pw"), connect_timeout=2)
     readers = ProcessChunkReaders(settings, readers=1)
-    readers.start()
-    assert readers._pool is not None
-    deadline = time.monotonic() + 20
-    while not readers._pool._processes and time.monotonic() < deadline:  # type: ignore[attr-defined]
-        time.sleep(0.05)
-    [stopped] = list(readers._pool._processes.values())  # type: ignore[attr-defined]
-    os.kill(stopped.pid, signal.SIGSTOP)
+    stopped = stopped_reader(readers)
     closing = time.monotonic()
     readers.close()
     assert time.monotonic() - closing < 5
