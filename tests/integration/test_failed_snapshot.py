@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gtidsnap.core.commands import StartSnapshot
 from gtidsnap.core.model import TableId
 from gtidsnap.runner import build_engine
 from gtidsnap.source.replica import Replica
@@ -29,7 +30,7 @@ def test_a_refused_snapshot_is_reported_and_read_again_when_named_again(
     config = make_config(pair, tmp_path, [a, b], chunk_size=10)
     with Replica(config.source) as replica, caplog.at_level(logging.ERROR, "gtidsnap.engine.loop"):
         engine = build_engine(config, replica)
-        engine.request_snapshot([a], condition=OVERFLOW)
+        engine.commands.put(StartSnapshot((a,), condition=OVERFLOW))  # as a signal with a filter asks
         stats = engine.run(snapshot=[b], until_caught_up=True)
     assert list(stats.failed) == [str(a)], stats.failed
     assert "out of range" in stats.failed[str(a)], stats.failed
