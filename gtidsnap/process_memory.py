@@ -15,7 +15,6 @@ they decide a snapshot's resident memory more than its rows do (measured in docs
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import importlib.abc
 import sys
 
@@ -38,10 +37,10 @@ def lean_process() -> None:
     is already imported); call it before the process starts threads."""
     if "pandas" not in sys.modules and not any(isinstance(f, WithoutPandas) for f in sys.meta_path):
         sys.meta_path.insert(0, WithoutPandas())
-    name = ctypes.util.find_library("c")
-    if sys.platform.startswith("linux") and name:
+    if sys.platform.startswith("linux"):
         try:
-            libc = ctypes.CDLL(name)
+            # the process's own symbols, libc's among them (find_library would run ldconfig each start)
+            libc = ctypes.CDLL(None)
             libc.mallopt(_M_ARENA_MAX, ARENAS)
             libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         except (OSError, AttributeError):  # a libc without mallopt (musl): its own allocator's habits

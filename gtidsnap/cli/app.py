@@ -181,12 +181,13 @@ class _Display:
         state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
         if note:
             state = f"{state}: {note}"
+        state = escape(printable(state))
         if t.table not in self.tasks:
             self.tasks[t.table] = self.progress.add_task(
-                escape(printable(str(t.table))), total=None, rows=0, chunks=0, state=escape(printable(state))
+                escape(printable(str(t.table))), total=None, rows=0, chunks=0, state=state
             )
         task = self.tasks[t.table]
-        self.progress.update(task, rows=t.rows, chunks=t.chunks, state=escape(printable(state)))
+        self.progress.update(task, rows=t.rows, chunks=t.chunks, state=state)
         if t.done:
             self.progress.update(task, total=1, completed=1)
 

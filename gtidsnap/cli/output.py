@@ -43,9 +43,7 @@ class EscapedLog(logging.Filter):
     """Every log record's message on one line, control characters escaped (see :func:`printable`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if not message.isprintable():
-            record.msg, record.args = printable(message), None
+        record.msg, record.args = printable(record.getMessage()), None  # formatted once, not again
         return True
 
 

@@ -203,9 +203,11 @@ class SnapshotContext:
         """As :meth:`to_json` wrote it; ValueError names the first field that is not."""
         names = typed_field(data, "snapshotted", (list, type(None)), None)
         tables = typed_field(data, "tables", list, [])
-        entries = [typed_field({f"tables[{i}]": t}, f"tables[{i}]", dict) for i, t in enumerate(tables)]
+        for i, t in enumerate(tables):
+            if not isinstance(t, dict):
+                raise ValueError(f"field 'tables[{i}]' is {type(t).__name__}, not dict")
         return cls(
-            tables=tuple(TableProgress.from_json(t) for t in entries),
+            tables=tuple(TableProgress.from_json(t) for t in tables),
             paused=typed_field(data, "paused", bool, False),
             snapshotted=None if names is None else frozenset(TableId.parse(n) for n in names),
         )
