@@ -322,6 +322,17 @@ def stopped_reader(readers: ProcessChunkReaders) -> Any:
     return process
 
 
+def ended(process: Any, within_s: float = 5.0) -> bool:
+    """Has ``process`` ended? The pool's own manager thread also waits on its readers: when it reaps
+    one first, ``is_alive`` says True until that thread (waiting for the GIL) records the exit code,
+    so a single look right after ``join`` can be wrong. Look again, sleeping between looks."""
+    deadline = time.monotonic() + within_s
+    process.join(within_s)
+    while process.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not process.is_alive()
+
+
 def test_a_stopped_reader_is_reported_killed_and_its_chunks_read_again() -> None:
     """A reader process stopped (SIGSTOP) with a job: no progress, no error. Past ``hung_after_s`` the
     pool says broken (the planner reads the chunks in flight again), the stopped process is killed,
@@ -340,8 +351,7 @@ def test_a_stopped_reader_is_reported_killed_and_its_chunks_read_again() -> None
             time.sleep(0.05)
         assert broken, "a stopped reader was never noticed"
         assert 1.0 <= time.monotonic() - started < 10
-        stopped.join(5)
-        assert not stopped.is_alive() and stopped.exitcode == -signal.SIGKILL
+        assert ended(stopped) and stopped.exitcode == -signal.SIGKILL
         readers.submit(ChunkJob(2, schema, None, (10,)))  # a new reader takes it
         reads = []
         while not reads and time.monotonic() - started < 40:
@@ -362,5 +372,4 @@ def test_closing_kills_a_reader_that_does_not_end() -> None:
     closing = time.monotonic()
     readers.close()
     assert time.monotonic() - closing < 5
-    stopped.join(5)
-    assert not stopped.is_alive()
+    assert ended(stopped)
