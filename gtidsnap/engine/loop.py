@@ -1,8 +1,8 @@
 """The engine: one single-threaded loop that streams the binlog and lets snapshot chunks into it.
 
-The loop plans chunk ranges of the table being snapshotted and hands them to chunk readers
-(:mod:`gtidsnap.snapshot.planner`: reader processes, Spark tasks, or with ``snapshot.readers = 0``
-one reader on this thread); every binlog event passes the open windows, and a chunk goes out where
+The loop plans chunk ranges of the table being snapshotted (:mod:`gtidsnap.snapshot.planner`, its
+queries on a thread of their own) and hands them to chunk readers (processes, Spark tasks, or one
+reader on this thread); every binlog event passes the open windows, and a chunk goes out where
 its window closes. The stream is read on a thread of its own while windows are open
 (:mod:`gtidsnap.engine.stream_pump`), so the loop waits for events and finished reads together.
 
@@ -108,14 +108,12 @@ class Engine:
         self.settings = settings or EngineSettings()
         self.captured: set[TableId] = set(captured)
         self.surrogate_keys = dict(surrogate_keys or {})
-        self.on_progress = on_progress
-        self.on_started = on_started
+        self.on_progress, self.on_started = on_progress, on_started
         self.commands: queue.Queue[Command] = queue.Queue()
         self.stats = RunStats()
         # shared with the sink when the runner builds both (gtidsnap.core.schema_cache)
         self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
-        self._in_tx = False
-        self._stop = False
+        self._in_tx = self._stop = False
         self._last_chunk_at = 0.0
         self._commits = Commits(sink, store)
         # No pool given: one reader on this thread, one chunk at a time (the stream's pump reads on
@@ -274,6 +272,8 @@ class Engine:
             self.context = self.context.stop(command.tables)
         elif isinstance(command, PauseSnapshots | ResumeSnapshots):
             self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
+            if self._chunks is not None:  # a greatest key read before a pause is stale after it
+                self._chunks.queries.forget()
         elif isinstance(command, SetChunkSize | SetChunkDelay):
             self.settings = self.settings.tuned(command)
         elif isinstance(command, Shutdown):
@@ -322,6 +322,8 @@ class Engine:
             self.context = self._finish(outcome.progress, outcome.error)
         else:
             self.context = self._finish(outcome.progress)
+        if isinstance(outcome, ChunksPlanned) and outcome.waiting and not outcome.windows:
+            return False  # its query runs on the planning thread: the loop reads the stream meanwhile
         self._last_chunk_at = time.monotonic()
         return True
 
@@ -368,8 +370,7 @@ class Engine:
             self.stats.records += self._commits.count(records)
 
     def _unfresh(self, tables: Iterable[TableId]) -> None:
-        """A DDL of a table being snapshotted may change its key order (a collation, a type): the
-        rest of that snapshot goes to a Delta mirror by merge, never as appends."""
+        """A DDL of a table being snapshotted may change its key order: the rest goes to a mirror by merge."""
         progress = self.context.current()
         if progress is not None and progress.fresh and progress.table in set(tables):
             self.context = self.context.update(progress.not_fresh())

@@ -8,8 +8,10 @@ The engine's thread plans: at a transaction boundary, for each free reader, it t
 chunk ends (:meth:`Replica.chunk_ends` finds the ends of ``ENDS_AT_ONCE`` chunks in one round trip:
 only key columns cross the wire), opens a window at the stream's position, its ``lw``
 (:class:`gtidsnap.snapshot.windows.ChunkWindows`), and hands the range to a reader
-(:mod:`gtidsnap.snapshot.readers`), which waits until its SELECT sees all of ``lw``. No query runs on
-the engine's thread per chunk. The readers SELECT their ranges and read their own high watermarks;
+(:mod:`gtidsnap.snapshot.readers`), which waits until its SELECT sees all of ``lw``. No query of a
+snapshot runs on the engine's thread: the chunk-ends query and the snapshot's greatest key (both run
+its filter) are answered by a planning thread (:mod:`gtidsnap.snapshot.planning_queries`) while the
+loop reads the stream. The readers SELECT their ranges and read their own high watermarks;
 the engine collects their rows between transactions, and every event it processes passes the windows.
 A window goes out when its rows are known and the stream has passed its high watermark, in the order
 the windows were opened: so chunks reach the output in key order, and the table's progress is still
@@ -34,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gtidsnap.core.errors import FilterError, GtidsnapError, QueryError, SchemaError, SourceError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
@@ -43,6 +46,13 @@ from gtidsnap.core.ports import ChunkJob, ChunkRead, ChunkReaderPool, ChunkRende
 from gtidsnap.core.run_stats import ReaderThroughput, RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
+from gtidsnap.snapshot.planning_queries import (
+    PENDING,
+    InlinePlanningQueries,
+    Pending,
+    PlanningQueries,
+    planning_queries,
+)
 from gtidsnap.snapshot.readers import rebuilt_error
 from gtidsnap.snapshot.windows import ChunkOut, ChunkWindows, WindowDiscarded
 from gtidsnap.snapshot.windows import Output as WindowsOutput
@@ -98,10 +108,12 @@ class ChunksFailed:
 
 @dataclass(frozen=True)
 class ChunksPlanned:
-    """Windows were opened; ``progress`` is the table's (begun, if this was its first chunk)."""
+    """Windows were opened; ``progress`` is the table's (begun, if this was its first chunk).
+    ``waiting``: a planning query is still running (the loop reads the stream and asks again)."""
 
     progress: TableProgress
     windows: int
+    waiting: bool = False
 
 
 PlanOutcome = ChunksPlanned | SnapshotDone | ShapeChanged | SnapshotFailed
@@ -133,9 +145,12 @@ class ChunkPlanner:
         in_flight: int | None = None,
         render: ChunkRenderer | None = None,
         stats: RunStats | None = None,
+        queries: PlanningQueries | InlinePlanningQueries | None = None,
     ) -> None:
         """``render``: how readers render rows for the output (None: they send values);
-        ``stats``: where per-reader throughput and the windows' waits for the stream are counted."""
+        ``stats``: where per-reader throughput and the windows' waits for the stream are counted;
+        ``queries``: who runs the planning queries (default: a thread of their own when ``replica`` can
+        open another session, else this thread)."""
         self.replica = replica
         self.render = render
         self.readers = readers
@@ -151,7 +166,8 @@ class ChunkPlanner:
         self._frontier = _Frontier()
         self._schema_retries = 0
         self._pool_restarts = 0
-        self.low_watermark = LowWatermark(replica)
+        self.queries = queries if queries is not None else planning_queries(replica)
+        self._low_watermarks: dict[int, LowWatermark] = {}  # one a connection (it remembers giving up)
 
     # ------------------------------------------------------------------ planning
     def has_room(self, progress: TableProgress) -> bool:
@@ -164,8 +180,8 @@ class ChunkPlanner:
 
     @property
     def busy(self) -> bool:
-        """Are windows open (planned, being read, or waiting for the stream)?"""
-        return bool(self._planned)
+        """Are windows open (planned, being read, or waiting for the stream), or a planning query?"""
+        return bool(self._planned) or self.queries.waiting
 
     def plan(self, progress: TableProgress, first_snapshot: bool, chunk_size: int, most: int) -> PlanOutcome:
         """Open up to ``most`` windows on the next ranges of ``progress``'s table and hand them to the
@@ -176,8 +192,12 @@ class ChunkPlanner:
         try:
             schema = self.schemas.get(table)
             if not progress.started:
-                self.low_watermark.read(lw)  # first: max_key must see what was streamed
-                progress = progress.begun(self.replica.max_key(schema, progress.condition), first_snapshot)
+                max_key = self.queries.answer(
+                    ("max_key", table, schema, progress.condition), self._max_key_query(lw, schema, progress)
+                )
+                if isinstance(max_key, Pending):
+                    return ChunksPlanned(progress, 0, waiting=True)
+                progress = progress.begun(max_key, first_snapshot)
                 if progress.done:
                     log.info("%s is empty: snapshot done", table)
                     return SnapshotDone(progress, selected=False)
@@ -189,6 +209,8 @@ class ChunkPlanner:
             lw_text = str(lw)
             while opened < most and not frontier.ended and len(self._planned) < self.in_flight:
                 end = self._next_end(schema, progress, chunk_size)
+                if isinstance(end, Pending):
+                    return ChunksPlanned(progress, opened, waiting=True)
                 last = end is None or tuple(end) == tuple(progress.max_key)
                 upto = tuple(progress.max_key) if end is None else tuple(end)
                 window = self.windows.open(table, lw, upto, last, tuple(schema.key))
@@ -205,18 +227,34 @@ class ChunkPlanner:
             return SnapshotFailed(progress, exc)
         return ChunksPlanned(progress, opened)
 
-    def _next_end(self, schema: TableSchema, progress: TableProgress, chunk_size: int) -> RawKey | None:
-        """Where the chunk after the frontier ends; None: it runs to the snapshot's greatest key. The
-        ends of ``ENDS_AT_ONCE`` chunks are found at once and kept (dropped if the chunk size changes)."""
+    def _max_key_query(self, lw: GtidSet, schema: TableSchema, progress: TableProgress) -> Any:
+        """The snapshot's greatest key, read once the connection sees what was streamed (``lw``)."""
+
+        def query(replica: ReplicaPort) -> RawKey | None:
+            low_watermark = self._low_watermarks.setdefault(id(replica), LowWatermark(replica))
+            low_watermark.read(lw)
+            return replica.max_key(schema, progress.condition)
+
+        return query
+
+    def _next_end(self, schema: TableSchema, progress: TableProgress, chunk_size: int) -> Any:
+        """Where the chunk after the frontier ends; None: it runs to the snapshot's greatest key;
+        :data:`PENDING` while the query finding the next ends runs. The ends of ``ENDS_AT_ONCE``
+        chunks are found at once and kept (dropped if the chunk size changes)."""
         frontier = self._frontier
-        assert progress.max_key is not None
+        max_key = progress.max_key
+        assert max_key is not None
         if frontier.size != chunk_size:
             frontier.ends.clear()
             frontier.size, frontier.exhausted = chunk_size, False
         if not frontier.ends and not frontier.exhausted:
-            ends = self.replica.chunk_ends(
-                schema, frontier.after, progress.max_key, chunk_size, ENDS_AT_ONCE, progress.condition
+            after, condition = frontier.after, progress.condition
+            question = ("chunk_ends", frontier.table, schema, after, max_key, chunk_size, condition)
+            ends = self.queries.answer(
+                question, lambda r: r.chunk_ends(schema, after, max_key, chunk_size, ENDS_AT_ONCE, condition)
             )
+            if isinstance(ends, Pending):
+                return PENDING
             frontier.ends.extend(tuple(end) for end in ends)
             frontier.exhausted = len(ends) < ENDS_AT_ONCE
         return frontier.ends.popleft() if frontier.ends else None
@@ -300,6 +338,7 @@ class ChunkPlanner:
     def stop(self, tables: Iterable[TableId] | None) -> list[Output]:
         """Drop the windows of ``tables`` (all when None): their snapshots were stopped."""
         names = None if tables is None else set(tables)
+        self.queries.forget()  # a greatest key asked for before is stale if the table is asked for again
         out: list[Output] = []
         for table in list(dict.fromkeys(self._planned.values())):
             if names is None or table in names:
@@ -342,4 +381,5 @@ class ChunkPlanner:
         self.stats.window_opened_at = min(self._waiting.values(), default=None)
 
     def close(self) -> None:
+        self.queries.close()
         self.readers.close()

@@ -85,6 +85,10 @@ class Replica:
         self._row_parsers: dict[tuple[Any, ...], ParseRow] = {}
         self._conn = self._connect()
 
+    def twin(self) -> Replica:
+        """Another session, for a thread that must not wait on this one's lock (the planning queries)."""
+        return Replica(self.settings, self._read_timeout)
+
     # ------------------------------------------------------------------ connection
 
     def _connect(self) -> pymysql.connections.Connection[Any]:

@@ -215,3 +215,57 @@ def test_no_bad_signal_stops_or_stalls_the_stream(
         after = {k: row for k, row in source_rows(pair, db, "orders").items() if k[0] >= 1000}
         check_invariants(streamed, {str(orders): after})
         assert len(cases) >= 45
+
+
+SLOW_ROWS = 40  # rows on which the filter below takes ~0.1 s each (PCRE's match limit): ~4 s a query
+SLOW_FILTER = "v REGEXP '^(a+)+$'"  # passes every check; backtracks on 'aaa…a!'
+STREAM_LAG_S = 1.0
+
+
+def test_a_slow_filter_delays_its_snapshot_never_the_stream(
+    mariadb_pair: ReplicaPair, kafka_broker: KafkaBroker, kafka_topic: str, tmp_path: Path
+) -> None:
+    """The snapshot's greatest key and its chunk ends run its filter over the table: ~4 s each here.
+    They used to run on the engine's thread, and the stream stood still meanwhile (up to
+    ``statement_timeout_s`` each); now a row written during the snapshot comes out within a second."""
+    pair = mariadb_pair
+    with fresh_database(pair) as db:
+        execute(
+            pair,
+            db,
+            "CREATE TABLE words (id BIGINT PRIMARY KEY, v VARCHAR(64) NOT NULL)",
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, v INT NOT NULL, region VARCHAR(4) NOT NULL)",
+            many=[
+                (
+                    "INSERT INTO words VALUES (%s, %s)",
+                    [(i, "a" * 26 + "!" if i % 4 else "aaa") for i in range(1, SLOW_ROWS * 4 // 3 + 1)],
+                )
+            ],
+        )
+        words, orders = TableId(db, "words"), TableId(db, "orders")
+        with running(pair, tmp_path, kafka_broker, kafka_topic, tables=[orders]) as run:
+            request = {
+                "data-collections": [str(words)],
+                "additional-conditions": [{"data-collection": str(words), "filter": SLOW_FILTER}],
+            }
+            produce_raw(kafka_broker, kafka_topic, [(KEY, start(request, signal_id="slow-filter"))])
+            run.wait("the filtered snapshot to start", lambda: progress(tmp_path, str(words)))
+            lags: list[float] = []
+            key = 1000
+            while not (p := progress(tmp_path, str(words))) or not p.done:
+                key += 1
+                written = time.monotonic()
+                execute(pair, db, f"INSERT INTO orders VALUES ({key}, 1, 'EU')")
+                run.wait(f"row {key}", lambda key=key: any(r["key"] == [key] for r in records(tmp_path)))
+                lags.append(time.monotonic() - written)
+                assert len(lags) < 500, "the filtered snapshot never ended"
+            snapshot = [r for r in records(tmp_path) if r["table"] == str(words)]
+        print(
+            f"stream lag while a slow filter planned its snapshot: max {max(lags):.2f} s of {len(lags)} rows"
+        )
+        assert p.error is None, p.error
+        assert sorted(r["key"][0] for r in snapshot) == [
+            i for i in range(1, SLOW_ROWS * 4 // 3 + 1) if i % 4 == 0
+        ]
+        assert len(lags) >= 5, "the snapshot was over before the stream could be measured"
+        assert max(lags) < STREAM_LAG_S, f"a slow filter stalled the stream {max(lags):.1f} s"
