@@ -24,6 +24,7 @@ from gtidsnap.core.plan import SnapshotContext
 from gtidsnap.core.signal_ledger import SignalLedger
 
 FORMAT_VERSION = 1
+MAX_RECORD_SEQ = 2**63 - 1  # the greatest sequence number: Delta's _seq is a LONG
 FLAVORS: tuple[str, ...] = get_args(Flavor)
 START_OVER = (
     "to start over, move the checkpoint and the output away (or point checkpoint.path and sink.path "
@@ -66,6 +67,11 @@ class Checkpoint:
         next_seq = typed_field(data, "next_seq", int)
         if next_seq < 1:
             raise ValueError(f"next_seq {next_seq} is not positive")
+        if next_seq > MAX_RECORD_SEQ:
+            raise ValueError(
+                f"field 'next_seq' is {next_seq}, past the greatest sequence number {MAX_RECORD_SEQ} "
+                "(a 64-bit LONG)"
+            )
         try:
             context = SnapshotContext.from_json(typed_field(data, "context", dict))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

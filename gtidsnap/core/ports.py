@@ -146,6 +146,24 @@ class CheckpointedSink(Sink, Protocol):
         """The checkpoint naming ``position`` (a ``commit``'s) is saved."""
 
 
+@dataclass(frozen=True)
+class HeldSeq:
+    """The greatest ``seq`` an output is known to hold, and where (a file, a table)."""
+
+    seq: int
+    where: str
+
+
+@runtime_checkable
+class SeqReportingSink(Sink, Protocol):
+    """A sink that can tell, once open, the greatest ``seq`` its output holds: a checkpoint whose
+    ``next_seq`` is not above it (edited by hand, or another output's) would write those numbers again."""
+
+    def greatest_seq(self) -> HeldSeq | None:
+        """Read cheaply after ``open`` (the output cut back to the checkpoint); None: the output is
+        empty, or nothing cheap tells."""
+
+
 # ----------------------------------------------------------------------------- chunk readers
 
 

@@ -1,5 +1,7 @@
 """Where the checkpoint lives: one JSON file, replaced atomically (written, fsynced, renamed, and
-the folder fsynced), so a kill -9 at any instant leaves the old checkpoint or the new one whole."""
+the folder fsynced), so a kill -9 at any instant leaves the old checkpoint or the new one whole. And
+the checks before a run continues one: the replica can continue it (:func:`resumable`), the output has
+not used its ``next_seq`` yet (:func:`open_at`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 
 from gtidsnap.core.checkpoint import START_OVER, Checkpoint, resume_problem
 from gtidsnap.core.errors import CheckpointError
-from gtidsnap.core.ports import CheckpointPort, ReplicaPort
+from gtidsnap.core.ports import CheckpointPort, ReplicaPort, SeqReportingSink, Sink
 from gtidsnap.source.low_watermark import executed_covering
 
 
@@ -76,3 +78,31 @@ def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> Check
     if problem is not None:
         raise CheckpointError(f"checkpoint {store.path} cannot be continued: {problem}")
     return checkpoint
+
+
+def open_at(sink: Sink, checkpoint: Checkpoint, path: Path) -> None:
+    """Open ``sink`` at the checkpoint's position; then, if the output already holds a ``seq`` at or
+    above the checkpoint's ``next_seq``, close it again (the output as it was) and raise a
+    CheckpointError: the run would write those numbers a second time."""
+    sink.open(checkpoint.sink_position)
+    try:
+        problem = reused_seq_problem(sink, checkpoint.next_seq)
+    except BaseException:
+        sink.close()
+        raise
+    if problem is not None:
+        sink.close()
+        raise CheckpointError(f"checkpoint {path} cannot be continued: {problem}")
+
+
+def reused_seq_problem(sink: Sink, next_seq: int) -> str | None:
+    """Why the opened ``sink``'s output forbids ``next_seq`` (None: it does not, or cannot tell)."""
+    held = sink.greatest_seq() if isinstance(sink, SeqReportingSink) else None
+    if held is None or held.seq < next_seq:
+        return None
+    return (
+        f"{held.where} already holds records up to seq {held.seq} but the checkpoint's next_seq is "
+        f"{next_seq}: this run would write seqs from {next_seq} on a second time. The checkpoint was "
+        "edited, or belongs to another output: use the checkpoint that belongs to this output, or "
+        f"{START_OVER}"
+    )

@@ -60,7 +60,7 @@ from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
 from gtidsnap.core.signal_ledger import SignalLedger
-from gtidsnap.engine.checkpoint_store import resumable
+from gtidsnap.engine.checkpoint_store import open_at, resumable
 from gtidsnap.engine.committer import Commits
 from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step, take_commands
 from gtidsnap.engine.stream_pump import PumpedStream, ShapesForgotten
@@ -142,7 +142,7 @@ class Engine:
             self.seq = checkpoint.next_seq
             self.context = checkpoint.context
             self.signals = checkpoint.signals.copy()
-            self.sink.open(checkpoint.sink_position)
+            open_at(self.sink, checkpoint, self.store.path)  # refused if the output used next_seq
             log.info("resuming after %s at record %d", self.processed, self.seq)
         # A table once snapshotted stays captured: its mirror must keep following the binlog.
         self.captured.update(t.table for t in self.context.tables)

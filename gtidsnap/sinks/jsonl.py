@@ -2,19 +2,25 @@
 
 Exactly once across crashes: the checkpoint stores the file's byte length at each commit; on start
 the file is truncated back to it, dropping anything written after the last checkpoint (those
-records are produced again by the replay from the checkpoint's GTID set).
+records are produced again by the replay from the checkpoint's GTID set). The last line left then
+holds the greatest ``seq`` (they only grow down the file): read from the end, it tells the engine
+whether the checkpoint's ``next_seq`` was already used (:meth:`JsonlSink.greatest_seq`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from gtidsnap.core.errors import SinkError
+from gtidsnap.core.ports import HeldSeq
 from gtidsnap.core.records import Emitted, LineBodies, SnapshotColumns, encoded_line
+
+TAIL_BLOCK = 64 * 1024  # read backwards a block at a time: the file may be gigabytes, its lines short
 
 
 class JsonlSink:
@@ -27,6 +33,7 @@ class JsonlSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: IO[bytes] | None = None
+        self._committed = 0  # the file's length as open cut it back
 
     def open(self, committed: Any) -> None:
         if committed is not None and (type(committed) is not int or committed < 0):
@@ -48,8 +55,19 @@ class JsonlSink:
                 )
             os.truncate(self.path, offset)
             self._file = self.path.open("ab")
+            self._committed = offset
         except OSError as exc:
             raise SinkError(f"cannot open {self.path}: {exc}") from exc
+
+    def greatest_seq(self) -> HeldSeq | None:
+        """The ``seq`` of the last committed line (None: no line, or not a record's)."""
+        try:
+            with self.path.open("rb") as f:
+                line = last_line(f, self._committed)
+        except OSError as exc:
+            raise SinkError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        seq = line_seq(line) if line is not None else None
+        return HeldSeq(seq, str(self.path)) if seq is not None else None
 
     def write(self, records: Sequence[Emitted]) -> None:
         if self._file is None:
@@ -84,3 +102,31 @@ class JsonlSink:
             file, self._file = self._file, None
             with contextlib.suppress(OSError):  # a failed write was raised already; nothing more to keep
                 file.close()
+
+
+def last_line(file: BinaryIO, end: int, block: int = TAIL_BLOCK) -> bytes | None:
+    """The last complete line (without its newline) of the file's first ``end`` bytes, read backwards
+    from ``end``; None: no complete line. Bytes after the last newline belong to no complete line."""
+    tail, at = b"", end
+    while at > 0:
+        start = max(0, at - block)
+        file.seek(start)
+        tail = file.read(at - start) + tail
+        at = start
+        last = tail.rfind(b"\n")
+        if last >= 0 and tail.rfind(b"\n", 0, last) >= 0:
+            break
+    last = tail.rfind(b"\n")
+    if last < 0:
+        return None
+    return tail[tail.rfind(b"\n", 0, last) + 1 : last]
+
+
+def line_seq(line: bytes) -> int | None:
+    """The ``seq`` of a record's JSON line (None: not a record's line)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    seq = data.get("seq") if isinstance(data, dict) else None
+    return seq if type(seq) is int else None

@@ -552,6 +552,7 @@ CHECKPOINT_EDITS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("seq as text", {"next_seq": "x"}, ["next_seq"]),
     ("seq zero", {"next_seq": 0}, ["next_seq"]),
     ("seq a boolean", {"next_seq": True}, ["next_seq"]),
+    ("seq past a 64-bit long", {"next_seq": 2**63}, ["'next_seq' is 9223372036854775808"]),
     ("format from the future", {"format": 2}, ["format 2"]),
     ("unknown flavour", {"flavor": "postgres"}, ["postgres"]),
     ("mysql checkpoint on mariadb", {"flavor": "mysql", "processed": MYSQL_SET}, ["mysql source", "mariadb"]),
@@ -644,6 +645,34 @@ def test_edited_checkpoint_is_refused_and_the_output_kept(
     result = run_cli(stage.good_args(work), stage.env, capsys)
     check_refused(result, 1, expected, stage, name)
     assert fingerprint(work) == before, f"{name}: the refused run changed its output or checkpoint"
+
+
+@pytest.mark.parametrize("below", [1, 30])
+def test_a_lowered_next_seq_is_refused_and_the_output_kept(
+    below: int, stage: Stage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """next_seq edited down (by one: the last line's own seq, or by many) would number the next records
+    like ones the output holds: refused once the output is open, naming both numbers and what to do;
+    the output and the checkpoint stay as they were, and the checkpoint put back runs."""
+    work = stage.copy(tmp_path / "work")
+    data = json.loads((work / "checkpoint.json").read_text(encoding="utf-8"))
+    output = work / "changes.jsonl"
+    last = json.loads(output.read_bytes().splitlines()[-1])["seq"]
+    assert data["next_seq"] == last + 1 and last >= below
+    lowered = last + 1 - below
+    (work / "checkpoint.json").write_text(json.dumps({**data, "next_seq": lowered}), encoding="utf-8")
+    before = fingerprint(work)
+    result = run_cli(stage.good_args(work), stage.env, capsys)
+    expected = [
+        f"checkpoint {work / 'checkpoint.json'} cannot be continued",
+        f"{output} already holds records up to seq {last} but the checkpoint's next_seq is {lowered}",
+        "use the checkpoint that belongs to this output",
+        "to start over",
+    ]
+    check_refused(result, 1, expected, stage, f"next_seq {lowered}")
+    assert fingerprint(work) == before, "the refused run changed its output or checkpoint"
+    (work / "checkpoint.json").write_text(json.dumps(data), encoding="utf-8")
+    assert run_cli(stage.good_args(work), stage.env, capsys).code == 0
 
 
 def test_markup_in_table_names_prints_as_itself(

@@ -102,6 +102,8 @@ PROGRESS = {  # one table's progress as TableProgress.to_json writes it
         (json.dumps({**GOOD, "next_seq": "3"}).encode(), "'next_seq' is str"),
         (json.dumps({**GOOD, "next_seq": False}).encode(), "'next_seq' is bool"),
         (json.dumps({**GOOD, "next_seq": -1}).encode(), "next_seq -1"),
+        # Delta's _seq is a LONG: a seq past it would fail in the middle of a batch, not at start
+        (json.dumps({**GOOD, "next_seq": 2**63}).encode(), "'next_seq' is 9223372036854775808, past"),
         (json.dumps({**GOOD, "processed": 5}).encode(), "'processed' is int"),
         (json.dumps({**GOOD, "processed": "x-y"}).encode(), "x-y"),
         (json.dumps({k: v for k, v in GOOD.items() if k != "context"}).encode(), "'context' is missing"),
@@ -154,6 +156,13 @@ def test_a_good_checkpoint_round_trips(tmp_path: Path) -> None:
     store.save(checkpoint("mysql", f"{U1}:1-5"))
     loaded = store.load()
     assert loaded is not None and loaded.processed == mysql(f"{U1}:1-5") and loaded.flavor == "mysql"
+
+
+def test_next_seq_up_to_the_greatest_long_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    path.write_text(json.dumps({**GOOD, "next_seq": 2**63 - 1}))
+    loaded = CheckpointStore(path).load()
+    assert loaded is not None and loaded.next_seq == 2**63 - 1
 
 
 def test_a_table_progress_as_written_is_read_back() -> None:

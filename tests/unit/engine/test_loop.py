@@ -17,15 +17,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.commands import SetChunkSize, SignalReceived, StartSnapshot
 from gtidsnap.core.errors import CheckpointError, QueryError, SchemaError, SourceError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.model import BinlogEvent, RowChange, TableId, TxBegin, TxCommit
 from gtidsnap.core.plan import SnapshotContext
-from gtidsnap.core.ports import ChunkRead
+from gtidsnap.core.ports import ChunkRead, HeldSeq
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.signal_ledger import SignalLedger
-from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.engine.checkpoint_store import CheckpointStore, open_at
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import COMMANDS_PER_TURN, EngineSettings, take_commands
 from gtidsnap.sinks.jsonl import JsonlSink
@@ -409,6 +410,85 @@ def test_a_checkpoint_the_replica_cannot_continue_is_refused_before_any_output(t
     with pytest.raises(CheckpointError, match=r"has not executed .*8a94f357"):
         engine().run(until_caught_up=True)
     assert out.read_bytes() == before
+
+
+def test_a_checkpoint_whose_next_seq_the_output_used_is_refused_and_the_output_kept(tmp_path: Path) -> None:
+    """A next_seq lowered by hand would number new records like ones the output holds: the run stops
+    after the sink opened, naming both numbers, the checkpoint and the output; put back, it resumes."""
+    world = World(random.Random(6), rows=5, writes=0)
+    out, store = tmp_path / "o.jsonl", CheckpointStore(tmp_path / "c.json")
+    sinks: list[JsonlSink] = []
+
+    def engine() -> Engine:
+        stream = lambda start, schema_of: FakeStream(world, start, lambda: None)  # noqa: E731
+        sinks.append(JsonlSink(out))
+        return Engine(FakeReplica(world), stream, sinks[-1], store, captured=[T])
+
+    engine().run(snapshot=[T], until_caught_up=True)
+    data = json.loads(store.path.read_text())
+    last = json.loads(out.read_text().splitlines()[-1])["seq"]
+    assert data["next_seq"] == last + 1
+    before = out.read_bytes()
+    for lowered in (last, 1):
+        store.path.write_text(json.dumps({**data, "next_seq": lowered}))
+        with pytest.raises(CheckpointError) as refused:
+            engine().run(until_caught_up=True)
+        message = str(refused.value)
+        assert f"up to seq {last} but the checkpoint's next_seq is {lowered}" in message
+        assert str(store.path) in message and str(out) in message
+        assert "use the checkpoint that belongs to this output" in message and "start over" in message
+        assert out.read_bytes() == before
+        assert sinks[-1]._file is None, "the refused run closed the output it opened"
+    store.path.write_text(json.dumps(data))
+    engine().run(until_caught_up=True)
+    assert out.read_bytes() == before
+
+
+class HeldSink(JsonlSink):
+    """JSON lines whose greatest seq is told by the test (None: nothing cheap tells)."""
+
+    def __init__(self, path: Path, held: HeldSeq | None) -> None:
+        super().__init__(path)
+        self.held = held
+
+    def greatest_seq(self) -> HeldSeq | None:
+        return self.held
+
+
+@pytest.mark.parametrize(
+    ("held", "refused"),
+    [(None, False), (HeldSeq(9, "x"), False), (HeldSeq(10, "x"), True), (HeldSeq(2**62, "x"), True)],
+)
+def test_the_next_seq_check_refuses_only_a_seq_the_output_holds(
+    tmp_path: Path, held: HeldSeq | None, refused: bool
+) -> None:
+    checkpoint = Checkpoint("mysql", parse_gtid_set("mysql", ""), 10, None)
+    sink = HeldSink(tmp_path / "o.jsonl", held)
+    if not refused:
+        open_at(sink, checkpoint, tmp_path / "c.json")
+        assert sink._file is not None
+        sink.close()
+        return
+    assert held is not None
+    with pytest.raises(CheckpointError, match=rf"x already holds records up to seq {held.seq} but"):
+        open_at(sink, checkpoint, tmp_path / "c.json")
+    assert sink._file is None
+
+
+def test_a_sink_that_cannot_tell_its_seqs_is_not_checked(tmp_path: Path) -> None:
+    class Plain:  # the Sink protocol alone
+        opened: object = "no"
+
+        def open(self, committed: object) -> None:
+            self.opened = committed
+
+        def write(self, records: object) -> None: ...
+        def commit(self) -> None: ...
+        def close(self) -> None: ...
+
+    sink = Plain()
+    open_at(sink, Checkpoint("mysql", parse_gtid_set("mysql", ""), 1, 42), tmp_path / "c.json")
+    assert sink.opened == 42
 
 
 def test_a_refused_signal_id_may_be_sent_again() -> None:
