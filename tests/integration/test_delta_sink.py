@@ -22,10 +22,14 @@ import pymysql
 import pytest
 
 from gtidsnap.config.loading import SinkSettings
-from gtidsnap.core.errors import SinkError
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.errors import CheckpointError, SinkError
+from gtidsnap.core.gtid import parse_gtid_set
 from gtidsnap.core.model import TableId
+from gtidsnap.core.ports import HeldSeq
 from gtidsnap.core.records import Record
 from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.engine.checkpoint_store import open_at
 from gtidsnap.runner import build_engine
 from gtidsnap.sinks.delta import DeltaSink, changelog_path, current_state, list_tables, mirror_path
 from gtidsnap.source.replica import Replica
@@ -326,6 +330,9 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
     # restart from the checkpoint of batch 3
     again = make_sink(spark, tmp_path)
     again.open(position)
+    held = again.greatest_seq()  # from the files' statistics and the commits' watermarks
+    assert held is not None and held.seq == 35, "the undone batch's seqs (40-43) are no longer held"
+    assert held.where in (changelog_path(sink.root, ORDERS), mirror_path(sink.root, ORDERS))
     assert read(spark, mirror_path(sink.root, ORDERS)) == state_at_3
     assert read(spark, changelog_path(sink.root, ORDERS)) == changelog_at_3
     assert read(spark, mirror_path(sink.root, ITEMS)) == []
@@ -358,7 +365,19 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
     clean = make_sink(spark, tmp_path)
     clean.open(position)
     assert clean.commit() == {"delta_batch": 5}
+    assert clean.greatest_seq() == HeldSeq(41, changelog_path(sink.root, ITEMS))
+    clean.close()
     assert {t.path: history(spark, t.path) for t in list_tables(spark, sink.root)} == before
+
+    # a checkpoint whose next_seq the output already used is refused once the sink opened, the
+    # output left as it was; the right next_seq goes on
+    lowered = Checkpoint("mariadb", parse_gtid_set("mariadb", "0-1-5"), 41, position)
+    with pytest.raises(CheckpointError, match=r"\.changelog already holds records up to seq 41 but .* is 41"):
+        open_at(make_sink(spark, tmp_path), lowered, tmp_path / "checkpoint.json")
+    assert {t.path: history(spark, t.path) for t in list_tables(spark, sink.root)} == before
+    right = make_sink(spark, tmp_path)
+    open_at(right, dataclasses.replace(lowered, next_seq=42), tmp_path / "checkpoint.json")
+    right.close()
 
     # and an output without its checkpoint is refused, not overwritten
     with pytest.raises(SinkError, match="no checkpoint"):

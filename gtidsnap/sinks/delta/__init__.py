@@ -43,6 +43,9 @@ tables.
   does the same at the file level. A crash during recovery just repeats it on the next start.
 * Delta keeps a txn version per app id across an undo (even across RESTORE), so batch numbers are never
   reused: after recovery the next batch is above every batch number found. Positions only increase.
+* After recovery the sink knows the greatest ``_seq`` the tables hold, cheaply: the changelogs' file
+  statistics, the mirrors' watermarks, the staged files the checkpoint names
+  (:meth:`DeltaSink.greatest_seq`); the engine refuses a checkpoint whose ``next_seq`` is not above it.
 
 Caveats: Change Data Feed readers see the undone batch's changes, then their undo, then the replay;
 Delta reads no feed across a widened column type (read the versions before and after apart). A
@@ -56,9 +59,9 @@ The package, one concern per module: ``layout`` (names, paths, the tables under 
 (Spark start-up of the Spark jobs), ``columns`` (the column plan of a write), ``change_rows`` (a
 batch's rows as Arrow), ``staging`` (snapshot rows staged until appended), ``mirror_update`` (the rule
 of a mirror's update) and ``mirror_writes`` (it, in Spark), ``batch_writes`` (a table's part of a
-batch), ``recovery`` (the undo when the sink opens), ``catch_up`` (watermarks, the changelog's records
-a mirror lacks, ``current_state``), ``sink`` (:class:`DeltaSink`), ``tables`` and ``writes`` (its
-Delta writes), ``util`` (what several of them share).
+batch), ``recovery`` (the undo when the sink opens, and the greatest ``_seq`` then held), ``catch_up``
+(watermarks, the changelog's records a mirror lacks, ``current_state``), ``sink`` (:class:`DeltaSink`),
+``tables`` and ``writes`` (its Delta writes), ``util`` (what several of them share).
 """
 
 from __future__ import annotations

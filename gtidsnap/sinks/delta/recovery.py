@@ -1,18 +1,21 @@
 """Exactly-once recovery when the sink opens: the commits of batches above the checkpoint's are undone,
-table by table (see the package docstring of :mod:`gtidsnap.sinks.delta`)."""
+table by table (see the package docstring of :mod:`gtidsnap.sinks.delta`); what the output then holds
+is read with it: the top batch number, each mirror's watermarks, and the greatest ``_seq`` known to be
+in the tables (which the checkpoint's ``next_seq`` must be above)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
 from gtidsnap.core.errors import SinkError
-from gtidsnap.core.model import quote_ident
+from gtidsnap.core.model import TableId, quote_ident
+from gtidsnap.core.ports import HeldSeq
 from gtidsnap.sinks.delta.catch_up import MIRROR_UPDATE, merged_watermark, staged_watermark
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, DeltaTableRef, recorded_key
 from gtidsnap.sinks.delta.util import USER_METADATA, same_key, short_error
@@ -31,6 +34,92 @@ class Recovery:
     max_batch: int
     merged_seq: int | None  # a mirror's watermark after recovery (see catch_up.merged_watermark)
     staged_seq: int = -1  # how far a mirror holds its staged snapshot rows (catch_up.staged_watermark)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """The output's tables after recovery: the top batch number any of them carries, each mirror's
+    watermarks (merged, staged: see :class:`Recovery`), the greatest ``_seq`` known to be held."""
+
+    highest: int
+    watermarks: dict[TableId, tuple[int | None, int]]
+    held: HeldSeq | None
+
+
+def recover_all(
+    spark: SparkSession, root: str, tables: Sequence[DeltaTableRef], last: int | None
+) -> Recovered:
+    """Recovery of every table under ``root`` for the checkpoint of batch ``last`` (None: no
+    checkpoint), once the tables are those such a checkpoint can continue."""
+    _check_tables(root, tables, last)
+    highest, watermarks, held = last or 0, {}, None
+    for ref in tables:
+        recovery = recover(spark, ref, last or 0)
+        highest = max(highest, recovery.max_batch)
+        if ref.kind == "mirror":
+            watermarks[ref.table] = (recovery.merged_seq, recovery.staged_seq)
+        held = greater(held, _held_by(spark, ref, recovery))
+    return Recovered(highest, watermarks, held)
+
+
+def _check_tables(root: str, tables: Sequence[DeltaTableRef], last: int | None) -> None:
+    if last is None and tables:
+        names = ", ".join(sorted({str(t.table) for t in tables}))
+        raise SinkError(
+            f"{root} already holds Delta tables of gtidsnap ({names}) but there is no "
+            "checkpoint: an earlier run's output cannot be continued without it. Restore the "
+            "checkpoint, or move those tables away (or point sink.path elsewhere) to start over"
+        )
+    if last and not tables:
+        raise SinkError(
+            f"the checkpoint says batch {last} was committed to {root}, but no Delta table is "
+            "there: point sink.path at that output, or start over with a new checkpoint"
+        )
+
+
+def greater(a: HeldSeq | None, b: HeldSeq | None) -> HeldSeq | None:
+    """The greater of two held seqs (None: not known)."""
+    return b if a is None or (b is not None and b.seq > a.seq) else a
+
+
+def _held_by(spark: SparkSession, ref: DeltaTableRef, recovery: Recovery) -> HeldSeq | None:
+    """The greatest ``_seq`` ``ref`` is known to hold after recovery. A changelog: by its files'
+    statistics. A mirror: by its commits' watermarks, read with its history (every record up to them
+    was given to it); its own files' statistics are not read: what it holds beyond the watermarks is
+    in its changelog too, or not told cheaply (deletion vectors leave a file's bounds loose)."""
+    if ref.kind == "mirror":
+        top: int | None = max(recovery.merged_seq or -1, recovery.staged_seq)
+    else:
+        top = _logged_top(spark, ref.path)
+    return HeldSeq(top, ref.path) if top is not None and top > 0 else None
+
+
+def _logged_top(spark: SparkSession, path: str) -> int | None:
+    """:func:`top_seq_by_stats` of a changelog; a failed read (Delta's internal API, reached over
+    Py4J) is logged, not raised: the check it serves guards a checkpoint, the output needs none."""
+    try:
+        return top_seq_by_stats(spark, path)
+    except Exception as exc:
+        log.warning("%s: its greatest _seq is not known (%s)", path, short_error(exc))
+        return None
+
+
+def top_seq_by_stats(spark: SparkSession, path: str) -> int | None:
+    """The greatest ``maxValues._seq`` of the table's data files (the add actions of its current
+    version, read from its log: no data file is read). Only tight bounds count: a file with deletion
+    vectors, or without ``_seq`` statistics (a table of many columns whose names need quoting keeps
+    statistics on its first 32 only), tells nothing cheaply and is left out, so the answer may be
+    lower than the truth, never higher. None: no file tells."""
+    from pyspark.sql import DataFrame
+
+    jvm: Any = spark._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    files = DataFrame(delta_log.startTransaction().snapshot().allFiles().toDF(), spark)  # the newest version
+    bounds = F.coalesce(F.get_json_object("stats", "$.tightBounds"), F.lit("true"))
+    tight = F.col("deletionVector").isNull() & (bounds == "true")
+    top = F.get_json_object("stats", "$.maxValues._seq").cast("long")
+    row = files.where(tight).agg(F.max(top)).first()
+    return int(row[0]) if row is not None and row[0] is not None else None
 
 
 def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:

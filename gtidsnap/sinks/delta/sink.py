@@ -22,6 +22,7 @@ from gtidsnap.config.loading import SinkSettings
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.errors import ConfigError, SinkError
 from gtidsnap.core.model import TableId
+from gtidsnap.core.ports import HeldSeq
 from gtidsnap.core.records import Emitted, SnapshotColumns, SnapshotLines
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.sinks.arrow_columns import ArrowRenderer, StagedRenderer
@@ -39,7 +40,7 @@ from gtidsnap.sinks.delta.layout import (
 )
 from gtidsnap.sinks.delta.mirror_keeper import Handover, MirrorEntry, MirrorKeeper
 from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter, spark_schema
-from gtidsnap.sinks.delta.recovery import recover
+from gtidsnap.sinks.delta.recovery import greater, recover_all
 from gtidsnap.sinks.delta.tables import DeltaTables, warm_up
 from gtidsnap.sinks.delta.util import short_error
 
@@ -89,6 +90,7 @@ class DeltaSink:
         self._draining = False
         self._final: int | None = None  # the batch sealed once the run drains: its checkpoint ends it
         self._done: list[staging.StagedFile] = []  # appended: deleted once no checkpoint names them
+        self._held: HeldSeq | None = None  # the greatest _seq in the output when it opened
 
     @property
     def _keeps_mirrors(self) -> bool:
@@ -144,25 +146,8 @@ class DeltaSink:
         try:
             self._spark = self._spark_factory()
             tables = list_tables(self.spark, self.root)
-            if last is None and tables:
-                names = ", ".join(sorted({str(t.table) for t in tables}))
-                raise SinkError(
-                    f"{self.root} already holds Delta tables of gtidsnap ({names}) but there is no "
-                    "checkpoint: an earlier run's output cannot be continued without it. Restore the "
-                    "checkpoint, or move those tables away (or point sink.path elsewhere) to start over"
-                )
-            if last and not tables:
-                raise SinkError(
-                    f"the checkpoint says batch {last} was committed to {self.root}, but no Delta table is "
-                    "there: point sink.path at that output, or start over with a new checkpoint"
-                )
-            highest = last or 0
-            watermarks: dict[TableId, tuple[int | None, int]] = {}
-            for ref in tables:
-                recovery = recover(self.spark, ref, last or 0)
-                highest = max(highest, recovery.max_batch)
-                if ref.kind == "mirror":
-                    watermarks[ref.table] = (recovery.merged_seq, recovery.staged_seq)
+            recovered = recover_all(self.spark, self.root, tables, last)
+            self._held = greater(recovered.held, _staged_held(staged))
             self._reset()
             started = time.monotonic()
             staging.remove_folder(staging.warm_up_folder(self.root))
@@ -184,15 +169,22 @@ class DeltaSink:
             writer = MirrorWriter(spark, tables_, self.app_id)
             self._keeper = MirrorKeeper(spark, writer, self.root, self.settings, background)
             logged = {ref.table for ref in tables if ref.kind == "changelog"}
-            self._resume_mirrors(watermarks, logged, staged, last or 0)
+            self._resume_mirrors(recovered.watermarks, logged, staged, last or 0)
             self._keeper.start()
         except SinkError:
             raise
         except Exception as exc:  # Spark/Delta/py4j errors: say where
             raise SinkError(f"cannot open the Delta output at {self.root}: {short_error(exc)}") from exc
-        self._batch = highest
+        self._batch = recovered.highest
         self._failed = None
-        log.info("Delta sink at %s open: checkpoint at batch %s, next batch %d", self.root, last, highest + 1)
+        log.info(
+            "Delta sink at %s open: checkpoint at batch %s, next batch %d", self.root, last, self._batch + 1
+        )
+
+    def greatest_seq(self) -> HeldSeq | None:
+        """The greatest ``_seq`` the output is known to hold once open: read by recovery (changelogs'
+        file statistics, mirrors' commit watermarks) and from the staged files the checkpoint names."""
+        return self._held
 
     def _resume_mirrors(
         self,
@@ -403,6 +395,12 @@ class DeltaSink:
             f"the checkpoint's sink position {committed!r} was not written by the Delta sink (was sink.type "
             "changed?): use the checkpoint that belongs to this output, or a new checkpoint and sink.path"
         )
+
+
+def _staged_held(staged: Sequence[staging.StagedFile]) -> HeldSeq | None:
+    """The greatest ``_seq`` of the staged snapshot files a checkpoint names (rows of the output)."""
+    top = max(staged, key=lambda f: f.last_seq, default=None)
+    return HeldSeq(top.last_seq, top.path) if top is not None else None
 
 
 __all__ = ["POSITION_KEY", "DeltaSink", "spark_schema"]
