@@ -127,7 +127,7 @@ def chunk_readers(
             cpus,
             READERS_PER_CPU,
         )
-    return ProcessChunkReaders(config.source, snapshot.readers)
+    return ProcessChunkReaders(config.source, snapshot.readers, hung_after_s=snapshot.hung_after_s)
 
 
 def _spark_of(config: Config) -> Callable[[], SparkSession]:

@@ -106,6 +106,11 @@ class SnapshotSettings:
     chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000
     readers: int = DEFAULT_SETTINGS.snapshot.readers
     reader_pool: str = DEFAULT_SETTINGS.snapshot.reader_pool
+    # Not a [snapshot] key (for tests and programs that build a Config): seconds a chunk read may stay
+    # with a reader process before it counts as stopped or hung and the readers are started again
+    # (:class:`gtidsnap.snapshot.readers.ProcessChunkReaders`, at least ``MIN_HUNG_AFTER_S``); None: twice
+    # the longest a read may take (source.statement_timeout_s and the socket's margin) plus 10 s.
+    hung_after_s: float | None = None
 
 
 @dataclass(frozen=True)

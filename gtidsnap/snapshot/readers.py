@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 
 PARENT_CHECK_S = 0.5  # how often a reader checks that its engine is alive
 HUNG_SLACK_S = 10.0  # added to the longest a read can take before its reader counts as hung
+# The shortest ``hung_after_s``: a read handed to the readers may wait behind another in the call queue,
+# and a healthy reader taken for hung costs a restart of every reader (four in a row stop the run).
+MIN_HUNG_AFTER_S = 1.0
 READER_EXIT_S = 2.0  # how long a closing pool waits for a reader to end before killing it
 
 
@@ -181,6 +184,11 @@ class ProcessChunkReaders:
     def __post_init__(self) -> None:
         if self.hung_after_s is None:  # a job may wait in the call queue behind one that runs
             self.hung_after_s = 2 * self.settings.read_timeout + HUNG_SLACK_S
+        if not self.hung_after_s >= MIN_HUNG_AFTER_S:  # NaN too
+            raise ValueError(
+                f"hung_after_s = {self.hung_after_s!r}: a read must be given at least {MIN_HUNG_AFTER_S:g} s "
+                "before its reader counts as hung"
+            )
 
     @property
     def size(self) -> int:

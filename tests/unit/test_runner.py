@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -27,3 +28,12 @@ def test_more_reader_processes_than_two_a_cpu_are_warned_about(
             f"snapshot.readers = {readers} on 2 CPU(s): each reader is a process (45-80 MB) and a connection "
             "to the replica, and more than 2 a CPU only add those"
         ]
+
+
+def test_the_readers_get_the_configured_hung_after() -> None:
+    config = load_config(None, {"GTIDSNAP_SNAPSHOT_READERS": "2"})
+    config = replace(config, snapshot=replace(config.snapshot, hung_after_s=4.5))
+    pool = runner.chunk_readers(config)
+    assert isinstance(pool, ProcessChunkReaders) and pool.hung_after_s == 4.5
+    default = runner.chunk_readers(load_config(None, {"GTIDSNAP_SNAPSHOT_READERS": "2"}))
+    assert isinstance(default, ProcessChunkReaders) and default.hung_after_s == 2 * (30 + 30) + 10

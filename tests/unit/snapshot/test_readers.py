@@ -373,3 +373,16 @@ def test_closing_kills_a_reader_that_does_not_end() -> None:
     readers.close()
     assert time.monotonic() - closing < 5
     assert ended(stopped)
+
+
+@pytest.mark.parametrize("hung_after_s", [0.0, 0.999, -1.0, float("nan")])
+def test_a_hung_after_too_short_to_tell_a_hung_reader_from_a_busy_one_is_refused(hung_after_s: float) -> None:
+    settings = ConnectionSettings("127.0.0.1", closed_port(), "gtidsnap", Secret("pw"))
+    with pytest.raises(ValueError, match="at least 1 s before its reader counts as hung"):
+        ProcessChunkReaders(settings, readers=1, hung_after_s=hung_after_s)
+
+
+def test_hung_after_defaults_to_twice_the_longest_read_and_a_margin() -> None:
+    settings = ConnectionSettings("127.0.0.1", 1, "gtidsnap", Secret("pw"), statement_timeout=5)
+    assert ProcessChunkReaders(settings, readers=1).hung_after_s == 2 * (5 + 30) + 10
+    assert ProcessChunkReaders(settings, readers=1, hung_after_s=1.0).hung_after_s == 1.0
