@@ -172,7 +172,8 @@ class FakeReplica:
     """The world's replica, as :class:`gtidsnap.core.ports.ReplicaPort` asks. ``failure``: what a chunk
     SELECT raises; ``visible``: the visible sets its reads return in turn (the last one from then on;
     None: the world's). It notes its chunk SELECTs and executed-set reads in ``calls``, each SELECT's
-    limit in ``limits`` and its chunk-ends queries in ``end_queries``."""
+    limit in ``limits`` and its chunk-ends queries in ``end_queries``; ``row_length`` is its estimate of
+    a row's bytes, read ``row_length_reads`` times."""
 
     flavor = "mysql"
 
@@ -188,6 +189,8 @@ class FakeReplica:
         self.calls: list[tuple[Any, ...]] = []
         self.limits: list[int | None] = []
         self.end_queries = 0
+        self.row_length: int | None = None  # what avg_row_length says
+        self.row_length_reads = 0
 
     def describe(self) -> str:
         return "the fake replica"
@@ -220,6 +223,10 @@ class FakeReplica:
         if table != T:
             raise SchemaError(f"table {table} does not exist")
         return self.world.schema
+
+    def avg_row_length(self, table: TableId) -> int | None:
+        self.row_length_reads += 1
+        return self.row_length
 
     def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[Any, ...] | None:
         with self.world.lock:

@@ -3,7 +3,8 @@
 Kept apart from the connection (:mod:`gtidsnap.source.replica`), which only lends its query function: here is
 the catalog SQL, written once for both its readers, :meth:`Catalog.schema` (the :class:`TableSchema` a
 table is snapshotted and decoded by, refused when it cannot be chunked) and :meth:`Catalog.table_facts`
-(what :mod:`gtidsnap.source.preflight` judges of each requested table).
+(what :mod:`gtidsnap.source.preflight` judges of each requested table); and the server's estimate of
+a table's row size, :meth:`Catalog.avg_row_length`, which bounds a snapshot's chunks.
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ class Catalog:
             "reading table types",
         )
         return {TableId(as_text(r["s"]), as_text(r["t"])): as_text(r["k"]) for r in rows}
+
+    def avg_row_length(self, table: TableId) -> int | None:
+        """The server's estimate of a row's bytes in ``table``: ``information_schema.TABLES``'s
+        ``AVG_ROW_LENGTH`` (InnoDB: the clustered index's pages over its estimated row count, both from
+        sampled statistics; visible with SELECT on the table). None when there is none: 0 (an empty or
+        new table, statistics not taken yet), NULL, or no such table."""
+        match, params = _matching([table])
+        rows = self._dicts(
+            f"SELECT AVG_ROW_LENGTH AS n FROM information_schema.TABLES WHERE {match}",
+            params,
+            f"reading the average row length of {table}",
+        )
+        found = int(as_text(rows[0]["n"])) if rows and rows[0]["n"] is not None else 0
+        return found or None
 
     def _primary_keys(self, tables: Sequence[TableId]) -> dict[TableId, tuple[str, ...]]:
         if not tables:

@@ -134,8 +134,10 @@ class Replica:
             seconds = self.settings.statement_timeout
             if self.flavor == "mariadb":
                 cur.execute("SET SESSION max_statement_time = %s", [seconds])
-            else:  # milliseconds, SELECTs only (SHOW statements are quick); 0 would mean no limit
-                cur.execute("SET SESSION max_execution_time = %s", [max(1, math.ceil(seconds * 1000))])
+            else:  # milliseconds, SELECTs only (SHOW statements are quick); 0 would mean no limit. And
+                # AVG_ROW_LENGTH as InnoDB has it now, not as cached up to a day ago (MySQL 8.0.3 on).
+                fresh = ", information_schema_stats_expiry = 0" if self.version >= (8, 0, 3) else ""
+                cur.execute(f"SET SESSION max_execution_time = %s{fresh}", [max(1, math.ceil(seconds * 1e3))])
 
     def _check_tls(self, conn: pymysql.connections.Connection[Any]) -> None:
         """PyMySQL < 1.2 falls back to plain TCP when the server offers no TLS: refuse that here."""
@@ -178,12 +180,7 @@ class Replica:
     def _query(self, sql: str, params: Sequence[Any], what: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run one read; repeat it once on a fresh connection if the connection was lost."""
         with self._lock:
-            return self._query_locked(sql, params, what)
-
-    def _query_locked(
-        self, sql: str, params: Sequence[Any], what: str
-    ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        return self._run_locked(sql, params, what, _names_and_rows)
+            return self._run_locked(sql, params, what, _names_and_rows)
 
     def _run_locked(
         self,
@@ -294,6 +291,10 @@ class Replica:
     def schema(self, table: TableId, surrogate_key: tuple[str, ...] | None = None) -> TableSchema:
         """Columns in ordinal order and the key to chunk by: the primary key, or ``surrogate_key``."""
         return self._catalog.schema(table, surrogate_key)
+
+    def avg_row_length(self, table: TableId) -> int | None:
+        """The server's estimate of a row's bytes in ``table`` (:meth:`Catalog.avg_row_length`)."""
+        return self._catalog.avg_row_length(table)
 
     def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[Any, ...] | None:
         """The greatest key as the server returns it (not normalised); None for an empty table."""

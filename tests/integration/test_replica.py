@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
@@ -20,7 +21,9 @@ import pytest
 from gtidsnap.core.errors import ConfigError, FilterError, PrerequisiteError, SchemaError, SourceError
 from gtidsnap.core.gtid import MariadbGtidSet, MysqlGtidSet
 from gtidsnap.core.model import Key, TableId
+from gtidsnap.core.plan import TableProgress
 from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.snapshot.chunk_budget import CHUNK_BYTES_BUDGET, ChunkSizes
 from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
 from gtidsnap.source.preflight import parse_version, strip_password
 from gtidsnap.source.replica import Replica
@@ -330,6 +333,30 @@ def test_bounds_lower_and_upper(pair: ReplicaPair, fresh_db: str, replica: Repli
 def test_empty_table_has_no_max_key(pair: ReplicaPair, fresh_db: str, replica: Replica) -> None:
     on_primary(pair, fresh_db, "CREATE TABLE t (a INT, b VARCHAR(5), PRIMARY KEY (a, b))")
     assert replica.max_key(replica.schema(TableId(fresh_db, "t"))) is None
+
+
+def test_avg_row_length_is_the_servers_estimate_as_it_is_now(
+    pair: ReplicaPair, fresh_db: str, replica: Replica
+) -> None:
+    """AVG_ROW_LENGTH as the read-only user sees it: none for an empty table or one not there; once
+    InnoDB's statistics follow the rows (taken in the background, no ANALYZE), near a row's bytes, on
+    MySQL too, whose information_schema would otherwise serve the empty table's 0 for a day. The name
+    travels as a parameter."""
+    name = "odd'name %_t"
+    on_primary(pair, fresh_db, f"CREATE TABLE `{name}` (id BIGINT PRIMARY KEY, payload TEXT)")
+    table = TableId(fresh_db, name)
+    assert replica.avg_row_length(table) is None  # empty: 0
+    assert replica.avg_row_length(TableId(fresh_db, "odd'name x_t")) is None  # no such table
+    rows = [(i, f"{i:08d}" * 375) for i in range(3000)]  # 3,000 bytes of text each
+    insert = f"INSERT INTO `{name.replace('%', '%%')}` VALUES (%s, %s)"
+    on_primary(pair, fresh_db, many=[(insert, rows)])
+    deadline = time.monotonic() + 90
+    while (estimate := replica.avg_row_length(table)) is None or estimate < 1500:
+        assert time.monotonic() < deadline, f"the estimate stayed {estimate} for 3,000 rows of ~3 KB"
+        time.sleep(0.5)
+    assert 1500 <= estimate <= 8000, estimate
+    capped = ChunkSizes(replica).of(TableProgress(table), 10_000_000)
+    assert capped == CHUNK_BYTES_BUDGET // estimate
 
 
 def test_composite_key_int_varchar(pair: ReplicaPair, fresh_db: str, replica: Replica) -> None:
