@@ -50,6 +50,7 @@ class ChunkSizes:
     told once (again if ``snapshot.chunk_size`` changes)."""
 
     def __init__(self, replica: ReplicaPort) -> None:
+        """``replica``: where :meth:`of` reads an estimate not learned (:meth:`learn`) before."""
         self._replica = replica
         self._estimates: dict[TableId, int | None] = {}
         self._told: dict[TableId, tuple[int, int]] = {}
@@ -77,16 +78,28 @@ class ChunkSizes:
             )
         return size
 
+    def known(self, table: TableId) -> bool:
+        return table in self._estimates
+
+    def learn(self, table: TableId, estimate: int | None) -> None:
+        """``table``'s estimate, read elsewhere (the planning thread, as its snapshot starts)."""
+        self._estimates[table] = estimate
+        self._told.pop(table, None)
+
     def _estimate(self, table: TableId) -> int | None:
-        """The server's estimate, or None when it refuses to give one (the chunks then stay as
-        configured: the snapshot itself may well work)."""
-        try:
-            return self._replica.avg_row_length(table)
-        except (QueryError, PrerequisiteError) as exc:
-            log.warning(
-                "cannot read the average row length of %s, so its chunks are not kept to ~%d MiB: %s",
-                table,
-                CHUNK_BYTES_BUDGET // 2**20,
-                exc,
-            )
-            return None
+        return row_length_estimate(self._replica, table)
+
+
+def row_length_estimate(replica: ReplicaPort, table: TableId) -> int | None:
+    """The server's estimate, or None when it refuses to give one (the chunks then stay as
+    configured: the snapshot itself may well work)."""
+    try:
+        return replica.avg_row_length(table)
+    except (QueryError, PrerequisiteError) as exc:
+        log.warning(
+            "cannot read the average row length of %s, so its chunks are not kept to ~%d MiB: %s",
+            table,
+            CHUNK_BYTES_BUDGET // 2**20,
+            exc,
+        )
+        return None

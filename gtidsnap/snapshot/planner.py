@@ -46,6 +46,7 @@ from gtidsnap.core.ports import ChunkJob, ChunkRead, ChunkReaderPool, ChunkRende
 from gtidsnap.core.run_stats import ReaderThroughput, RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
+from gtidsnap.snapshot.chunk_budget import ChunkSizes, row_length_estimate
 from gtidsnap.snapshot.planning_queries import (
     PENDING,
     InlinePlanningQueries,
@@ -156,6 +157,7 @@ class ChunkPlanner:
         self.readers = readers
         self.schemas = schemas
         self.windows = ChunkWindows(processed)
+        self.chunk_sizes = ChunkSizes(replica)  # chunk_size capped by each table's row size
         # By default two ranges per reader: one being read, one waiting, so no reader idles between
         # collections (a pool may ask for fewer: the inline reader reads one chunk per loop turn).
         self.in_flight = in_flight if in_flight is not None else readers.in_flight
@@ -197,10 +199,18 @@ class ChunkPlanner:
                 )
                 if isinstance(max_key, Pending):
                     return ChunksPlanned(progress, 0, waiting=True)
+                max_key, estimate = max_key
+                self.chunk_sizes.learn(table, estimate)
                 progress = progress.begun(max_key, first_snapshot)
                 if progress.done:
                     log.info("%s is empty: snapshot done", table)
                     return SnapshotDone(progress, selected=False)
+            elif not self.chunk_sizes.known(table):  # a snapshot this run resumed
+                estimate = self.queries.answer(("row_length", table), lambda r: row_length_estimate(r, table))
+                if isinstance(estimate, Pending):
+                    return ChunksPlanned(progress, 0, waiting=True)
+                self.chunk_sizes.learn(table, estimate)
+            chunk_size = self.chunk_sizes.of(progress, chunk_size)
             assert progress.max_key is not None
             if self._frontier.table != table or new_snapshot:  # the table again: from its start
                 self._frontier = _Frontier(table, progress.last_key)
@@ -228,12 +238,13 @@ class ChunkPlanner:
         return ChunksPlanned(progress, opened)
 
     def _max_key_query(self, lw: GtidSet, schema: TableSchema, progress: TableProgress) -> Any:
-        """The snapshot's greatest key, read once the connection sees what was streamed (``lw``)."""
+        """The snapshot's greatest key, read once the connection sees what was streamed (``lw``), and the
+        server's estimate of its rows' size (:mod:`gtidsnap.snapshot.chunk_budget`)."""
 
-        def query(replica: ReplicaPort) -> RawKey | None:
+        def query(replica: ReplicaPort) -> tuple[RawKey | None, int | None]:
             low_watermark = self._low_watermarks.setdefault(id(replica), LowWatermark(replica))
             low_watermark.read(lw)
-            return replica.max_key(schema, progress.condition)
+            return replica.max_key(schema, progress.condition), row_length_estimate(replica, progress.table)
 
         return query
 

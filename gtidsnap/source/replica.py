@@ -310,8 +310,7 @@ class Replica:
         limit: int | None,
         condition: str | None = None,
     ) -> ChunkResult:
-        """Rows with ``after < key <= upto`` in key order, at most ``limit`` (None: all), normalised
-        and keyed."""
+        """Rows with ``after < key <= upto`` in key order, at most ``limit`` (None: all), normalised."""
         sql, params = chunk_query(schema, after, upto, limit, condition)
         what = f"selecting a chunk of {schema.table}"
         with self._lock:

@@ -161,3 +161,24 @@ def test_the_planner_opens_no_window_while_its_queries_run_and_the_loop_is_told_
         ((9,), (10,)),
     ]
     planner.close()
+
+
+def test_a_resumed_snapshot_reads_its_rows_size_on_the_planning_thread_before_its_next_chunk() -> None:
+    """A snapshot resumed by this run: the server's estimate of its rows' size (which caps the chunk
+    size, :mod:`gtidsnap.snapshot.chunk_budget`) is asked of the planning thread too, once."""
+    replica = FakeReplica(World(keys=range(1, 11)))
+    replica.row_length = 2**16  # 64 KiB rows: 512 a chunk
+    queries = PlanningQueries(lambda: replica)
+    pool = InlineChunkReaders(replica, readers=2, eager=False)
+    planner = ChunkPlanner(
+        replica, pool, SchemaCache(lambda t: SCHEMA), replica.executed(), 10, queries=queries
+    )
+    progress = TableProgress(T).begun((10,), True)
+    assert planner.plan(progress, True, 1000, 10) == ChunksPlanned(progress, 0, waiting=True)
+    outcome = planner.plan(progress, True, 1000, 10)
+    while outcome.windows == 0:  # type: ignore[union-attr]
+        until(lambda: not queries.waiting, "the planning queries")
+        outcome = planner.plan(progress, True, 1000, 10)
+    assert outcome == ChunksPlanned(progress, 1)
+    assert replica.row_length_reads == 1 and planner.chunk_sizes.of(progress, 1000) == 512
+    planner.close()
