@@ -13,17 +13,19 @@ import pyarrow as pa
 
 from gtidsnap.config.loading import SinkSettings
 from gtidsnap.core.crashpoints import crash_point
+from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import TableId
-from gtidsnap.core.records import Record, SnapshotColumns
+from gtidsnap.core.records import Emitted, Record, SnapshotColumns, SnapshotLines
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.arrow_columns import StagedRows
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.change_rows import plan_schema, record_rows, snapshot_rows
+from gtidsnap.sinks.delta.change_rows import conformed, record_rows, snapshot_rows
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
 from gtidsnap.sinks.delta.mirror_keeper import Handover
 from gtidsnap.sinks.delta.mirror_writes import staged_frame
+from gtidsnap.sinks.delta.streamed_rows import StreamedRows
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape
 
 if TYPE_CHECKING:
@@ -34,13 +36,27 @@ log = logging.getLogger("gtidsnap.sinks.delta")
 
 @dataclass
 class Pending:
-    """One table's part of the batch being filled: its records and snapshot chunks, with every shape the
-    engine gave for them."""
+    """One table's part of the batch being filled: its streamed changes, snapshot records and chunks,
+    with every shape the engine gave for them."""
 
     schema: TableSchema
     seen: dict[str, Column] = field(default_factory=dict)
-    records: list[Record] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)  # snapshot rows read as records
+    changes: StreamedRows = field(default_factory=StreamedRows)  # streamed records, as Arrow
     chunks: list[SnapshotColumns] = field(default_factory=list)
+
+
+def by_table(records: Sequence[Emitted]) -> dict[TableId, list[Record | SnapshotColumns]]:
+    """``records`` by table, in their order; encoded snapshot lines refused (a JSON-lines form)."""
+    tables: dict[TableId, list[Record | SnapshotColumns]] = {}
+    table, group = None, []
+    for r in records:
+        if isinstance(r, SnapshotLines):
+            raise SinkError("the Delta sink takes records and columns, not encoded snapshot lines")
+        if r.table is not table:  # an event's records share one table object: one lookup an event
+            table, group = r.table, tables.setdefault(r.table, [])
+        group.append(r)
+    return tables
 
 
 class TableWriter:
@@ -75,8 +91,7 @@ class TableWriter:
         """One table's part of a batch: its changelog rows appended, its snapshot rows staged; what it
         hands the table's mirror (None: no mirror is kept)."""
         shape = Shape(part.schema, dict(part.seen))
-        streamed = [r for r in part.records if r.op != "r"]
-        snapshot = [r for r in part.records if r.op == "r"]
+        streamed, snapshot = part.changes, part.records
         self.spark.sparkContext.setJobDescription(f"gtidsnap batch {batch}: {table}")
         try:
             if self.keeps_mirrors:  # created (or widened) first: a changelog never lacks its mirror
@@ -87,8 +102,8 @@ class TableWriter:
             if not self.keeps_mirrors:
                 return None
             plan = handover.plan
-            if streamed:
-                handover.waiting.append(_mirror_rows(table, part.schema, plan, streamed, logged))
+            if streamed.count:
+                handover.waiting.append(_mirror_rows(plan, streamed, logged))
             for fresh in (True, False):
                 rows = [r for r in snapshot if r.fresh is fresh]
                 chunks = [c for c in part.chunks if c.fresh is fresh and not isinstance(c.rows, StagedRows)]
@@ -113,7 +128,7 @@ class TableWriter:
         self,
         table: TableId,
         shape: Shape,
-        streamed: Sequence[Record],
+        streamed: StreamedRows,
         snapshot: Sequence[Record],
         chunks: Sequence[SnapshotColumns],
         batch: int,
@@ -121,10 +136,11 @@ class TableWriter:
         """Appends the batch's changelog rows; the streamed records' rows (None: none)."""
         path = changelog_path(self.root, table)
         logs_snapshot = self.logs_snapshot_rows
-        if not streamed and not (logs_snapshot and (snapshot or chunks)):
+        if not streamed.count and not (logs_snapshot and (snapshot or chunks)):
             return None
         plan = self.tables.prepare(table, path, shape, delta_types.CHANGELOG_META, cdf=False)
-        parts = [record_rows(table, shape.schema, plan, streamed, changelog=True)] if streamed else []
+        changes = streamed.rows(plan)
+        parts = [changes] if changes is not None else []
         splits = [c for c in chunks if isinstance(c.rows, StagedRows)] if logs_snapshot else []
         if logs_snapshot:
             if snapshot:
@@ -146,13 +162,13 @@ class TableWriter:
                 frame = frame.unionByName(self.spark.createDataFrame(rows, schema=schema))
             self.tables.append_frame(path, frame, batch, self.app_id, meta, self.txn)
             crash_point("delta-after-changelog")
-            return parts[0] if streamed else None
+            return changes
         if not parts:
             return None
         rows = pa.concat_tables(parts).sort_by("_seq") if len(parts) > 1 else parts[0]
         self.tables.append_arrow(path, rows, schema, batch, meta, self.txn, key=shape.schema.key)
         crash_point("delta-after-changelog")
-        return parts[0] if streamed else None
+        return changes
 
     def _stage(
         self,
@@ -175,16 +191,12 @@ class TableWriter:
         return staged
 
 
-def _mirror_rows(
-    table: TableId, schema: TableSchema, plan: ColumnPlan, streamed: Sequence[Record], logged: pa.Table | None
-) -> pa.Table:
-    """The streamed records as the mirror's rows: their changelog rows without ``_snapshot`` where the
-    two tables have the same columns (the rows are built once a batch, not twice), else built again."""
-    if logged is not None:
-        rows = logged.drop_columns(["_snapshot"])
-        if rows.schema.equals(plan_schema(plan, changelog=False)):
-            return rows
-    return record_rows(table, schema, plan, streamed, changelog=False)
+def _mirror_rows(plan: ColumnPlan, streamed: StreamedRows, logged: pa.Table | None) -> pa.Table:
+    """The streamed records as the mirror's rows: their changelog rows (``logged``, else built now)
+    without ``_snapshot``, as columns of the mirror's ``plan``."""
+    rows = logged if logged is not None else streamed.rows(plan)
+    assert rows is not None
+    return conformed(rows.drop_columns(["_snapshot"]), plan, changelog=False)
 
 
 def changelog_schema(plan: ColumnPlan, changelog: bool) -> Any:

@@ -23,12 +23,12 @@ from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.errors import ConfigError, SinkError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.ports import HeldSeq
-from gtidsnap.core.records import Emitted, SnapshotColumns, SnapshotLines
+from gtidsnap.core.records import Emitted, Record, SnapshotColumns
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.sinks.arrow_columns import ArrowRenderer, StagedRenderer
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.batch_writes import Pending, TableWriter
+from gtidsnap.sinks.delta.batch_writes import Pending, TableWriter, by_table
 from gtidsnap.sinks.delta.catch_up import NOTHING_WAITS, changelog_after
 from gtidsnap.sinks.delta.layout import (
     absolute_root,
@@ -237,24 +237,24 @@ class DeltaSink:
             raise SinkError(
                 f"the commit of batch {self._failed} failed: retry commit() or reopen the sink before writing"
             )
-        touched: dict[TableId, Pending] = {}
-        for r in records:
-            if isinstance(r, SnapshotLines):
-                raise SinkError("the Delta sink takes records and columns, not encoded snapshot lines")
-            part = touched.get(r.table) or self._pending.get(r.table)
+        for table, group in by_table(records).items():
+            schema = self.schema_of(table)  # the shape the rows were written with: the current one
+            part = self._pending.get(table)
             if part is None:
-                schema = self.schema_of(r.table)
-                part = self._pending[r.table] = Pending(schema, {c.name: c for c in schema.columns})
-            touched[r.table] = part
-            if isinstance(r, SnapshotColumns):
-                part.chunks.append(r)
-            else:
-                part.records.append(r)
-        for table, part in touched.items():  # the shape the rows were written with: the current one
-            schema = self.schema_of(table)
-            if schema is not part.schema:
+                part = self._pending[table] = Pending(schema, {c.name: c for c in schema.columns})
+            elif schema is not part.schema:
                 part.schema = schema
                 part.seen.update({c.name: c for c in schema.columns})
+            streamed: list[Record] = []
+            for r in group:
+                if isinstance(r, SnapshotColumns):
+                    part.chunks.append(r)
+                elif r.op == "r":
+                    part.records.append(r)
+                else:
+                    streamed.append(r)
+            if streamed:
+                part.changes.add(streamed, schema)
 
     def snapshots_pending(self, tables: frozenset[TableId]) -> None:
         self.keeper.reading = tables
@@ -348,7 +348,7 @@ class DeltaSink:
             if saved is not None:
                 keeper.restore(saved)
             raise
-        count = sum(len(p.records) + sum(len(c) for c in p.chunks) for p in pending.values())
+        count = sum(len(p.records) + len(p.changes) + sum(map(len, p.chunks)) for p in pending.values())
         log.info(
             "batch %d: %d records of %d tables in %.2f s",
             batch,
