@@ -272,8 +272,8 @@ class Engine:
             self.context = self.context.stop(command.tables)
         elif isinstance(command, PauseSnapshots | ResumeSnapshots):
             self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
-            if self._chunks is not None:  # a greatest key read before a pause is stale after it
-                self._chunks.queries.forget()
+            if self._chunks is not None:
+                self._chunks.paused()
         elif isinstance(command, SetChunkSize | SetChunkDelay):
             self.settings = self.settings.tuned(command)
         elif isinstance(command, Shutdown):

@@ -346,6 +346,10 @@ class ChunkPlanner:
             out.append(ChunksRedone(table, "a chunk reader process died"))
         return out
 
+    def paused(self) -> None:
+        """Snapshots were paused or resumed: a greatest key asked for before is stale after it."""
+        self.queries.forget()
+
     def stop(self, tables: Iterable[TableId] | None) -> list[Output]:
         """Drop the windows of ``tables`` (all when None): their snapshots were stopped."""
         names = None if tables is None else set(tables)
