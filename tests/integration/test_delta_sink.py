@@ -900,7 +900,7 @@ def test_staged_splits_go_in_without_the_rows_their_windows_dropped(
     from gtidsnap.sinks.arrow_columns import POSITION
     from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
     from gtidsnap.sinks.delta.mirror_files import staged_keys_of
-    from gtidsnap.sinks.delta.mirror_writes import staged_frame
+    from gtidsnap.sinks.delta.staged_frames import staged_frame
     from gtidsnap.sinks.delta.staging import StagedFile
 
     plan = ColumnPlan((PlannedColumn("id", T.LongType(), Column("id", "bigint", "bigint", False)),), {})

@@ -25,7 +25,8 @@ from gtidsnap.sinks.delta.change_rows import plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
 from gtidsnap.sinks.delta.file_commits import FileStats, commit_files, file_stats, holds_plan, write_data_file
 from gtidsnap.sinks.delta.mirror_files import append_staged_files
-from gtidsnap.sinks.delta.mirror_writes import MirrorWriter, spark_schema, staged_frame
+from gtidsnap.sinks.delta.mirror_writes import MirrorWriter
+from gtidsnap.sinks.delta.staged_frames import spark_schema, staged_frame
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns, table_properties
 

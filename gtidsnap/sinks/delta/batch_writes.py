@@ -24,7 +24,7 @@ from gtidsnap.sinks.delta.change_rows import conformed, record_rows, snapshot_ro
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
 from gtidsnap.sinks.delta.mirror_keeper import Handover
-from gtidsnap.sinks.delta.mirror_writes import staged_frame
+from gtidsnap.sinks.delta.staged_frames import staged_frame
 from gtidsnap.sinks.delta.streamed_rows import StreamedRows
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape
 

@@ -73,12 +73,19 @@ def holds_plan(table: T.StructType | None, mirror: T.StructType) -> bool:
 
 
 def write_data_file(
-    table_path: str, parts: Iterable[pa.Table], schema: pa.Schema, stats_columns: Sequence[str]
+    table_path: str,
+    parts: Iterable[pa.Table],
+    schema: pa.Schema,
+    stats_columns: Sequence[str],
+    kind: str = "part",
 ) -> DataFile | None:
     """``parts`` (in the table's physical ``schema``) as one new data file of the table at
-    ``table_path``, written part by part (a file's rows are never all in memory); None: no row."""
+    ``table_path``, written part by part (a file's rows are never all in memory); None: no row.
+    ``kind`` ``cdc``: a Change Data Feed file, under the table's ``_change_data`` folder."""
     filesystem, base = output_filesystem(table_path)
-    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    name = f"{'_change_data/' if kind == 'cdc' else ''}{kind}-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    if kind == "cdc":
+        filesystem.create_dir(f"{base.rstrip('/')}/_change_data", recursive=True)
     path = f"{base.rstrip('/')}/{name}"
     stats = FileStats(stats_columns)
     with (
@@ -182,21 +189,33 @@ def commit_files(
                 return
             updated = int(time.time() * 1000)
             actions.insert(0, {"txn": {"appId": app_id, "version": version, "lastUpdated": updated}})
-        parsed = [delta.actions.Action.fromJson(json.dumps(a)) for a in actions]
-        none = jvm.scala.Option.empty()
-        operation = delta.DeltaOperations.Write(
-            jvm.org.apache.spark.sql.SaveMode.Append,
-            none,
-            none,
-            jvm.scala.Option.apply(json.dumps(meta)),
-            none,
-            none,
-            none,
-            none,
-            none,
-        )
-        txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(parsed).toList(), operation)
+        txn.commit(delta_actions(spark, actions), write_operation(spark, meta))
         done = True
 
     retry_conflicts(commit, table_path)
     return done
+
+
+def delta_actions(spark: SparkSession, actions: Sequence[dict[str, Any]]) -> Any:
+    """Actions (as the log writes them) as the Scala list a transaction commits."""
+    jvm: Any = spark._jvm
+    parsed = [jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps(a)) for a in actions]
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(parsed).toList()
+
+
+def write_operation(spark: SparkSession, meta: dict[str, Any]) -> Any:
+    """A ``WRITE`` commit whose user metadata is ``meta`` (given with the commit, not through the
+    session's settings, which the sink's threads share)."""
+    jvm: Any = spark._jvm
+    none = jvm.scala.Option.empty()
+    return jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
+        jvm.org.apache.spark.sql.SaveMode.Append,
+        none,
+        none,
+        jvm.scala.Option.apply(json.dumps(meta)),
+        none,
+        none,
+        none,
+        none,
+        none,
+    )

@@ -21,8 +21,6 @@ from pyspark.sql import types as T
 
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.model import quote_ident
-from gtidsnap.sinks.arrow_columns import POSITION, kept_numbers
-from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.catch_up import MERGED_SEQ, MIRROR_UPDATE, STAGED_SEQ
 from gtidsnap.sinks.delta.change_rows import (
     SEQ,
@@ -36,17 +34,18 @@ from gtidsnap.sinks.delta.change_rows import (
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.file_commits import holds_plan
 from gtidsnap.sinks.delta.mirror_files import append_staged_files, staged_meeting
+from gtidsnap.sinks.delta.mirror_rewrite import rewrite_merge
+from gtidsnap.sinks.delta.staged_frames import newest_in_spark, spark_schema, staged_frame
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns
 from gtidsnap.sinks.delta.util import same_key
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("gtidsnap.sinks.delta")
 
 SNAPSHOT_APP = ":snapshot"  # the txn app id suffix of the APPENDs of staged rows (a second per batch)
-SPLIT_FILE = "_gtidsnap_file"  # a staged split row's file name, in the scan of every split
 HELD_KEYS_CAP = 1_000_000  # keys merged kept per table; beyond, its staged rows are merged
 
 
@@ -94,12 +93,6 @@ class MirrorState:
             self.waiting = [newest_per_key(_concat(self.waiting), key)]
 
 
-def spark_schema(plan: ColumnPlan) -> T.StructType:
-    """The mirror's rows in ``plan`` as Spark reads them."""
-    fields = [T.StructField(c.name, c.data_type, True) for c in plan.columns]
-    return T.StructType(fields + list(delta_types.MIRROR_META))
-
-
 def _concat(tables: Sequence[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
 
@@ -139,7 +132,7 @@ class MirrorWriter:
         waiting = conformed(_concat(state.waiting), plan, changelog=False) if state.waiting else None
         appended = merged = 0
         appends: list[DataFrame] = []  # what this update APPENDs, in one commit
-        merge_parts: list[DataFrame] = []
+        merge_parts: list[DataFrame | pa.Table] = []
         merge_keys: list[pa.Table] = []  # the keys of the MERGE's source (when it is small)
         pruned = True
         staged = state.staged
@@ -164,7 +157,7 @@ class MirrorWriter:
                     appended = sum(f.rows for f in staged)
                 else:  # all merged, so one commit holds them (an APPEND before a MERGE of some of them
                     # would say the staged rows are in while the MERGE's were not yet)
-                    merge_parts.append(_newest_in_spark(frame, key) if len(staged) > 1 else frame)
+                    merge_parts.append(newest_in_spark(frame, key) if len(staged) > 1 else frame)
                     pruned = False
             state.staged_seq = max(state.staged_seq, *(f.last_seq for f in staged))
             state.applied.extend(staged)
@@ -191,7 +184,7 @@ class MirrorWriter:
             elif state.held is not None:
                 _hold(state, key_rows(changes, key), key, path)
             if changes.num_rows:
-                merge_parts.append(self.spark.createDataFrame(changes, schema=spark_schema(plan)))
+                merge_parts.append(changes)  # a frame only if Spark MERGEs it (see _merge)
                 merge_keys.append(key_rows(changes, key))
             waiting = None
         state.waiting = [waiting] if waiting is not None and waiting.num_rows else []
@@ -215,18 +208,43 @@ class MirrorWriter:
         if staged:  # the keys of staged rows are not kept
             state.held_is_all = False
         if merge_parts:
-            source = merge_parts[0]
-            for part in merge_parts[1:]:
-                source = source.unionByName(part, allowMissingColumns=True)
-            condition = F.expr(same_key(key))
-            if pruned:  # a small source: Delta skips the files outside its key range
-                condition = _pruned(condition, key[0], plan, merge_keys)
             meta = self._meta(batch, state, None, "", background)
-            self.tables.merge_frame(path, source, condition, batch, meta, txn)
-            merged = sum(t.num_rows for t in merge_keys)
+            merged = self._merge(path, key, plan, merge_parts, merge_keys, (batch, meta, txn, pruned))
         if appends or merge_parts or as_files:
             crash_point("delta-after-mirror")
         return UpdateResult(appended, merged)
+
+    def _merge(
+        self,
+        path: str,
+        key: list[str],
+        plan: ColumnPlan,
+        parts: Sequence[DataFrame | pa.Table],
+        keys: list[pa.Table],
+        commit: tuple[int, dict[str, Any], bool, bool],
+    ) -> int:
+        """The MERGE of ``parts`` (frames, or the waiting changes as Arrow, whose keys are ``keys``);
+        ``commit``: batch, metadata, idempotent for the batch, a small source (Delta skips the files
+        outside its keys' range). The rows merged from changes. Changes alone into a mirror of their
+        columns are merged by rewriting the files they touch (:mod:`mirror_rewrite`), else by Spark."""
+        batch, meta, txn, pruned = commit
+        only = parts[0] if len(parts) == 1 and isinstance(parts[0], pa.Table) else None
+        if only is not None and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
+            ident = (self.app_id, batch if txn else None, meta)
+            if rewrite_merge(self.spark, path, only, key, plan, stats_columns(key, True), ident) is not None:
+                return int(only.num_rows)
+        frames = [
+            self.spark.createDataFrame(p, schema=spark_schema(plan)) if isinstance(p, pa.Table) else p
+            for p in parts
+        ]
+        source = frames[0]
+        for part in frames[1:]:
+            source = source.unionByName(part, allowMissingColumns=True)
+        condition = F.expr(same_key(key))
+        if pruned:
+            condition = _pruned(condition, key[0], plan, keys)
+        self.tables.merge_frame(path, source, condition, batch, meta, txn)
+        return sum(t.num_rows for t in keys)
 
     def _to_append(
         self, rows: pa.Table, files: list[pa.Table] | None, appends: list[DataFrame], plan: ColumnPlan
@@ -291,103 +309,6 @@ def _new_keys(
     if gone.num_rows:
         _hold(state, gone, key, path)
     return new.filter(pc.not_equal(new.column("_op"), "d")), gone
-
-
-def staged_frame(
-    spark: SparkSession, staged: Sequence[StagedFile], plan: ColumnPlan, changelog: bool
-) -> DataFrame:
-    """Staged rows as the columns of ``plan`` (a column a file lacks is NULL, types the plan's), with
-    the meta columns of a mirror or a changelog: a split's ``_seq`` its ``first_seq`` + the row's
-    position (the positions its windows dropped left out), ``_op`` r, no GTID, its time. Read by
-    Spark: no row comes into this process."""
-    schema = spark_schema(plan) if not changelog else _changelog_schema(plan)
-    whole = [f.path for f in staged if not f.split]
-    frames = [spark.read.option("mergeSchema", "true").parquet(*whole)] if whole else []
-    splits = [f for f in staged if f.split and f.by_position]
-    if splits:
-        frames.append(_splits_frame(spark, splits))
-    for split in (f for f in staged if f.split and not f.by_position):
-        frames.append(_older_split_frame(spark, split))
-    frame = frames[0]
-    for other in frames[1:]:
-        frame = frame.unionByName(other, allowMissingColumns=True)
-    have = set(frame.columns)
-    columns = []
-    for field_ in schema.fields:
-        value = F.col(quote_ident(field_.name)) if field_.name in have else F.lit(None)
-        columns.append(value.cast(field_.dataType).alias(field_.name))
-    return frame.select(*columns)
-
-
-def _splits_frame(spark: SparkSession, splits: Sequence[StagedFile]) -> DataFrame:
-    """Splits in one scan and one plan, whatever their number (a frame a split cost the driver
-    seconds of analysis each): each row's file gives its ``_seq`` base, positions and time, and the
-    positions its windows dropped are left out by a broadcast anti-join."""
-    files = pa.table(
-        {
-            SPLIT_FILE: [_file_name(f.path) for f in splits],
-            "_gtidsnap_first": pa.array([f.first_seq for f in splits], pa.int64()),
-            "_gtidsnap_positions": pa.array([f.positions for f in splits], pa.int64()),
-            "_gtidsnap_ts": pa.array([f.source_ts for f in splits], pa.int64()),
-        }
-    )
-    scan = spark.read.option("mergeSchema", "true").parquet(*[f.path for f in splits])
-    frame = scan.select("*", F.col("_metadata.file_name").alias(SPLIT_FILE))
-    frame = frame.join(F.broadcast(spark.createDataFrame(files)), on=SPLIT_FILE)
-    position = F.col(quote_ident(POSITION))
-    frame = frame.filter(position < F.col("_gtidsnap_positions"))
-    if any(f.dropped for f in splits):
-        gone = pa.table(
-            {
-                SPLIT_FILE: [_file_name(f.path) for f in splits for _ in f.dropped],
-                POSITION: pa.array([p for f in splits for p in f.dropped], pa.int64()),
-            }
-        )
-        frame = frame.join(
-            F.broadcast(spark.createDataFrame(gone)), on=[SPLIT_FILE, POSITION], how="left_anti"
-        )
-    seq = (position + F.col("_gtidsnap_first")).alias("_seq")
-    return frame.select("*", seq, *_snapshot_meta(F.col("_gtidsnap_ts")))
-
-
-def _older_split_frame(spark: SparkSession, split: StagedFile) -> DataFrame:
-    """A split staged before 2026-11-27, its kept rows numbered in order: joined to its numbers."""
-    gone = set(split.dropped)
-    kept = pa.array([p for p in range(split.positions) if p not in gone], pa.int64())
-    numbers = pa.table({POSITION: kept, "_seq": kept_numbers(kept, split.dropped, split.first_seq)})
-    frame = spark.read.parquet(split.path).join(F.broadcast(spark.createDataFrame(numbers)), on=POSITION)
-    return frame.select("*", *_snapshot_meta(F.lit(split.source_ts)))
-
-
-def _snapshot_meta(source_ts: Column) -> list[Column]:
-    """A split's meta columns but ``_seq``: ``_op`` r, no GTID, its time (epoch seconds), a snapshot row."""
-    return [
-        F.lit("r").alias("_op"),
-        F.lit(None).cast("string").alias("_gtid"),
-        F.timestamp_seconds(source_ts).alias("_source_ts"),
-        F.lit(True).alias("_snapshot"),
-    ]
-
-
-def _file_name(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _changelog_schema(plan: ColumnPlan) -> T.StructType:
-    fields = [T.StructField(c.name, c.data_type, True) for c in plan.columns]
-    return T.StructType(fields + list(delta_types.CHANGELOG_META))
-
-
-def _newest_in_spark(frame: DataFrame, key: Sequence[str]) -> DataFrame:
-    """One row a key, the newest (two snapshots' staged rows of a key, merged together)."""
-    from pyspark.sql import Window
-
-    newest = Window.partitionBy(*[F.col(quote_ident(k)) for k in key]).orderBy(F.col("_seq").desc())
-    return (
-        frame.withColumn("_gtidsnap_n", F.row_number().over(newest))
-        .where("_gtidsnap_n = 1")
-        .drop("_gtidsnap_n")
-    )
 
 
 def _pruned(condition: Any, first: str, plan: ColumnPlan, keys: Sequence[pa.Table]) -> Any:

@@ -39,8 +39,9 @@ from gtidsnap.sinks.delta.layout import (
     recorded_key,
 )
 from gtidsnap.sinks.delta.mirror_keeper import Handover, MirrorEntry, MirrorKeeper
-from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter, spark_schema
+from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter
 from gtidsnap.sinks.delta.recovery import greater, recover_all
+from gtidsnap.sinks.delta.staged_frames import spark_schema
 from gtidsnap.sinks.delta.tables import DeltaTables, warm_up
 from gtidsnap.sinks.delta.util import short_error
 
