@@ -31,7 +31,14 @@ from gtidsnap.core.records import Record
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.engine.checkpoint_store import open_at
 from gtidsnap.runner import build_engine
-from gtidsnap.sinks.delta import DeltaSink, changelog_path, current_state, list_tables, mirror_path
+from gtidsnap.sinks.delta import (
+    DeltaSink,
+    changelog_path,
+    current_state,
+    list_tables,
+    mirror_path,
+    mirror_writes,
+)
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (
     Writer,
@@ -148,16 +155,21 @@ def test_merge_rules_idempotent_retry_cdf_changelog_and_schema_changes(
         change("u", 11, row(4, "n4"), row(40, "forty")),
     ]
     sink.write(batch2)
-    real_merge = sink.tables.merge_frame
     failures = iter([RuntimeError("storage went away")])
 
-    def flaky_merge(*args: Any) -> None:
-        real_merge(*args)
-        failure = next(failures, None)
-        if failure is not None:
-            raise failure
+    def flaky(real: Any) -> Any:
+        def merge(*args: Any) -> Any:
+            done = real(*args)
+            failure = next(failures, None)
+            if failure is not None:
+                raise failure
+            return done
 
-    monkeypatch.setattr(sink.tables, "merge_frame", flaky_merge)
+        return merge
+
+    # a MERGE by Spark, or (changes alone, no column added) by rewriting the files it touches
+    monkeypatch.setattr(sink.tables, "merge_frame", flaky(sink.tables.merge_frame))
+    monkeypatch.setattr(mirror_writes, "rewrite_merge", flaky(mirror_writes.rewrite_merge))
     with pytest.raises(SinkError, match=r"batch 2 of shop\.orders .*storage went away"):
         sink.commit()
     with pytest.raises(SinkError, match="retry commit"):

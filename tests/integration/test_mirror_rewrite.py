@@ -16,7 +16,7 @@ import pytest
 
 from gtidsnap.sinks.delta.change_rows import newest_per_key
 from gtidsnap.sinks.delta.file_commits import commit_files, write_data_file
-from gtidsnap.sinks.delta.mirror_rewrite import rewrite_merge
+from gtidsnap.sinks.delta.mirror_rewrite import Rewrite, rewrite_merge
 from gtidsnap.sinks.delta.staged_frames import spark_schema
 from gtidsnap.sinks.delta.tables import merge_newest, stats_columns
 from gtidsnap.sinks.delta.util import same_key
@@ -94,7 +94,7 @@ def test_rewrite_holds_what_the_spark_merge_held(spark: SparkSession, tmp_path: 
 
     # idempotent per app id and version: the same call again commits nothing
     again = rewrite_merge(spark, by_files, changes, KEY, plan, stats_columns(KEY, True), ("app", 3, meta))
-    assert again is not None and not again.rewritten and not again.rows.num_rows
+    assert again == Rewrite(0, 0, 0, 0)
     assert len(spark.sql(f"DESCRIBE HISTORY delta.`{by_files}`").collect()) == len(history)
 
 

@@ -7,10 +7,12 @@ the Change Data Feed rows in a ``_change_data`` file), with the batch's ``txn`` 
 Why: Spark's MERGE of 10,000 changes into a 10,000-row mirror costs 2.4-3.2 s warm and ~10 s of a
 core the first time in a JVM (planning and compiling its jobs), taken from the stream's decoding on a
 two-core machine; this costs a read and a write of the touched files (~0.1 s for that mirror) and a
-commit. It is used where it is exact and small: the mirror's columns are the changes' (no schema
-evolution), no deletion vectors, no partitions, no column mapping, and the files holding the changed
-keys (found by the key's file statistics) are at most :data:`REWRITE_BYTES`. Elsewhere Spark MERGEs.
-A crash before the commit leaves files the log never names, as any failed Delta write does.
+small Spark job listing the table's files. It is used where it is exact and small: the mirror's
+columns are the changes' (no schema evolution), no deletion vectors, no partitions, no column
+mapping, and the files that may hold a changed key (by the key's file statistics) are at most
+:data:`REWRITE_FILES`, :data:`REWRITE_BYTES` in all and :data:`FILE_BYTES` each (a file's rows are in
+memory while it is rewritten, one file at a time). Elsewhere Spark MERGEs. A crash before the commit
+leaves files the log never names, as any failed Delta write does.
 """
 
 from __future__ import annotations
@@ -36,33 +38,72 @@ from gtidsnap.sinks.delta.writes import retry_conflicts
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-REWRITE_BYTES = 64 * 1024 * 1024  # the touched files' size at most (their rows are read into memory)
+REWRITE_BYTES = 256 * 1024 * 1024  # the touched files' size at most (Spark MERGEs larger ones in parallel)
+FILE_BYTES = 32 * 1024 * 1024  # a touched file's at most: its rows are in memory while it is rewritten
 REWRITE_FILES = 64  # and their number
 CHANGE_TYPE = "_change_type"
 _T, _S = "_gtidsnap_t", "_gtidsnap_s"
 
 
 @dataclass(frozen=True)
-class Merged:
-    """What a MERGE makes of the touched files' rows: the rows of the files it replaces (with the
-    inserted rows), the Change Data Feed rows, and which files are replaced."""
+class FileMerge:
+    """What a MERGE makes of one data file: its rows after it (None: none changed, the file stays),
+    the Change Data Feed rows of its changed rows, and the source rows whose key it holds."""
 
-    rows: pa.Table
+    rows: pa.Table | None
     changes: pa.Table
-    rewritten: frozenset[int]
+    matched: pa.Array
+    updated: int
+    deleted: int
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What a rewrite did: the files it replaced and the rows it updated, deleted and inserted."""
+
+    rewritten: int
     updated: int
     deleted: int
     inserted: int
 
 
-def merged(target: pa.Table, file_of: pa.Array, source: pa.Table, key: Sequence[str]) -> Merged:
-    """The MERGE of ``source`` (one row a key, with ``_op`` and ``_seq``) into ``target`` (the rows
-    of the touched files, ``file_of`` each row's file): a key's change applies over an older ``_seq``
-    only, a delete removes the row, a change of a key not in ``target`` inserts it (a delete: nothing).
-    Only files with a row updated or deleted are rewritten."""
+def merged_file(target: pa.Table, source: pa.Table, key: Sequence[str]) -> FileMerge:
+    """The MERGE of ``source`` (one row a key, with ``_op`` and ``_seq``) into one file's rows
+    ``target``: a key's change applies over an older ``_seq`` only, a delete removes the row."""
     key = list(key)
     t = target.select([*key, SEQ]).append_column(_T, pa.array(range(target.num_rows), pa.int64()))
-    s = pa.table(
+    pairs = t.join(_source_keys(source, key), keys=key, join_type="inner")
+    applied = pairs.filter(pc.greater(pairs.column("_s_seq"), pairs.column(SEQ)))
+    is_delete = pc.equal(applied.column("_s_op"), "d")
+    deletes = applied.filter(is_delete)
+    updates = applied.filter(pc.invert(is_delete))
+    matched = pairs.column(_S).combine_chunks()
+    if not applied.num_rows:
+        return FileMerge(None, _typed(source.slice(0, 0), "insert"), matched, 0, 0)
+    keep = pc.invert(pc.is_in(t.column(_T), value_set=applied.column(_T).combine_chunks()))
+    post = source.take(updates.column(_S))
+    changes = pa.concat_tables(
+        [
+            _typed(target.take(updates.column(_T)), "update_preimage"),
+            _typed(post, "update_postimage"),
+            _typed(target.take(deletes.column(_T)), "delete"),
+        ]
+    )
+    rows = pa.concat_tables([target.filter(keep), post])
+    return FileMerge(rows, changes, matched, updates.num_rows, deletes.num_rows)
+
+
+def inserted(source: pa.Table, matched: Sequence[pa.Array]) -> pa.Table:
+    """The source rows whose key no file holds (``matched``: those some file holds), deletes left
+    out: what the MERGE inserts."""
+    at = pa.array(range(source.num_rows), pa.int64())
+    held = pa.concat_arrays(list(matched)) if matched else pa.array([], pa.int64())
+    new = pc.and_(pc.invert(pc.is_in(at, value_set=held)), pc.not_equal(source.column("_op"), "d"))
+    return source.filter(new)
+
+
+def _source_keys(source: pa.Table, key: list[str]) -> pa.Table:
+    return pa.table(
         {
             **{k: source.column(k) for k in key},
             "_s_seq": source.column(SEQ),
@@ -70,28 +111,6 @@ def merged(target: pa.Table, file_of: pa.Array, source: pa.Table, key: Sequence[
             _S: pa.array(range(source.num_rows), pa.int64()),
         }
     )
-    pairs = t.join(s, keys=key, join_type="inner")
-    applied = pairs.filter(pc.greater(pairs.column("_s_seq"), pairs.column(SEQ)))
-    is_delete = pc.equal(applied.column("_s_op"), "d")
-    deletes = applied.filter(is_delete)
-    updates = applied.filter(pc.invert(is_delete))
-    unmatched = pc.invert(pc.is_in(s.column(_S), value_set=pairs.column(_S)))
-    inserts = s.filter(pc.and_(unmatched, pc.not_equal(s.column("_s_op"), "d"))).column(_S)
-    replaced = applied.column(_T)
-    rewritten = frozenset(pc.unique(pc.take(file_of, replaced)).to_pylist())
-    in_rewritten = pc.is_in(file_of, value_set=pa.array(sorted(rewritten), file_of.type))
-    keep = pc.and_(in_rewritten, pc.invert(pc.is_in(t.column(_T), value_set=replaced.combine_chunks())))
-    post = source.take(updates.column(_S))
-    rows = pa.concat_tables([target.filter(keep), post, source.take(inserts)])
-    changes = pa.concat_tables(
-        [
-            _typed(target.take(updates.column(_T)), "update_preimage"),
-            _typed(post, "update_postimage"),
-            _typed(target.take(deletes.column(_T)), "delete"),
-            _typed(source.take(inserts), "insert"),
-        ]
-    )
-    return Merged(rows, changes, rewritten, updates.num_rows, deletes.num_rows, len(inserts))
 
 
 def _typed(rows: pa.Table, change: str) -> pa.Table:
@@ -127,13 +146,14 @@ def rewrite_merge(
     plan: ColumnPlan,
     stats_columns: Sequence[str],
     commit: tuple[str, int | None, dict[str, Any]],
-) -> Merged | None:
+) -> Rewrite | None:
     """MERGE ``source`` (the mirror's columns of ``plan``, one row a key) into the mirror at ``path``
-    by rewriting the files it touches, in one commit (``commit``: app id, txn version or None, user
-    metadata). None: not for this mirror (see the module docstring); the caller MERGEs in Spark."""
+    by rewriting the files it touches, one at a time, in one commit (``commit``: app id, txn version
+    or None, user metadata). None: not for this mirror (see the module docstring); the caller MERGEs
+    in Spark."""
     jvm: Any = spark._jvm
     app_id, version, meta = commit
-    result: list[Merged | None] = [None]
+    result: list[Rewrite | None] = [None]
 
     def attempt() -> None:
         txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
@@ -142,53 +162,67 @@ def rewrite_merge(
         actions: list[dict[str, Any]] = []
         if version is not None:
             if txn.txnVersion(app_id) >= version:
-                result[0] = Merged(source.slice(0, 0), source.slice(0, 0), frozenset(), 0, 0, 0)
+                result[0] = Rewrite(0, 0, 0, 0)
                 return
             actions.append({"txn": {"appId": app_id, "version": version, "lastUpdated": _now_ms()}})
-        txn.readWholeTable()  # any commit in between (OPTIMIZE, say) conflicts: this one is redone
+        txn.readWholeTable()  # any commit in between (OPTIMIZE, say) conflicts: this one is done again
         files = [json.loads(j) for j in txn.snapshot().allFiles().toJSON().collectAsList()]
         if any(f.get("deletionVector") or ":" in f["path"] or f["path"].startswith("/") for f in files):
             return  # a file with deleted rows marked, or outside the table's folder (a clone's)
         found = touched(files, key[0], source.column(key[0]).combine_chunks()) if len(key) == 1 else files
-        if len(found) > REWRITE_FILES or sum(f["size"] for f in found) > REWRITE_BYTES:
+        sizes = [int(f["size"]) for f in found]
+        if len(found) > REWRITE_FILES or sum(sizes) > REWRITE_BYTES or max(sizes, default=0) > FILE_BYTES:
             return
-        target, file_of = _read(path, found, plan)
-        done = merged(target, file_of, source, key)
         physical = plan_schema(plan, changelog=False)
-        new = write_data_file(path, [done.rows], physical, stats_columns) if done.rows.num_rows else None
-        cdc = (
-            write_data_file(
-                path, [done.changes], physical.append(pa.field(CHANGE_TYPE, pa.string())), [], "cdc"
-            )
-            if done.changes.num_rows
-            else None
-        )
+        feed: list[pa.Table] = []
+        matched: list[pa.Array] = []
+        counts = [0, 0, 0]
         now = _now_ms()
-        for i in sorted(done.rewritten):
-            old = found[i]
-            actions.append(
-                {
-                    "remove": {
-                        "path": old["path"],
-                        "deletionTimestamp": now,
-                        "dataChange": True,
-                        "extendedFileMetadata": True,
-                        "partitionValues": {},
-                        "size": old["size"],
-                    }
-                }
-            )
-        if new is not None:
+        for old in found:
+            done = merged_file(_read(path, old, plan), source, key)
+            matched.append(done.matched)
+            if done.rows is None:
+                continue
+            counts[0] += 1
+            counts[1] += done.updated
+            counts[2] += done.deleted
+            feed.append(done.changes)
+            new = write_data_file(path, [done.rows], physical, stats_columns)
+            actions.append(_remove(old, now))
+            if new is not None:
+                actions.append(new.add_action())
+        inserts = inserted(source, matched)
+        if inserts.num_rows:
+            new = write_data_file(path, [inserts], physical, stats_columns)
+            assert new is not None
             actions.append(new.add_action())
-        if cdc is not None:
-            actions.append(
-                {"cdc": {"path": cdc.name, "partitionValues": {}, "size": cdc.size, "dataChange": False}}
-            )
+            feed.append(_typed(inserts, "insert"))
+        if feed:
+            cdc_schema = physical.append(pa.field(CHANGE_TYPE, pa.string()))
+            cdc = write_data_file(path, feed, cdc_schema, [], kind="cdc")
+            if cdc is not None:
+                actions.append(
+                    {"cdc": {"path": cdc.name, "partitionValues": {}, "size": cdc.size, "dataChange": False}}
+                )
         txn.commit(delta_actions(spark, actions), write_operation(spark, meta))
-        result[0] = done
+        result[0] = Rewrite(counts[0], counts[1], counts[2], inserts.num_rows)
 
     retry_conflicts(attempt, path)
     return result[0]
+
+
+def _remove(add: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    """The ``remove`` action of a file the commit replaces."""
+    return {
+        "remove": {
+            "path": add["path"],
+            "deletionTimestamp": now_ms,
+            "dataChange": True,
+            "extendedFileMetadata": True,
+            "partitionValues": {},
+            "size": add["size"],
+        }
+    }
 
 
 def _plain(txn: Any) -> bool:
@@ -208,18 +242,12 @@ def _plain(txn: Any) -> bool:
     )
 
 
-def _read(path: str, files: Sequence[dict[str, Any]], plan: ColumnPlan) -> tuple[pa.Table, pa.Array]:
-    """The rows of ``files`` in the mirror's columns (Spark's INT96 times, a column a file lacks
-    NULL), and each row's file (its index in ``files``)."""
+def _read(path: str, add: dict[str, Any], plan: ColumnPlan) -> pa.Table:
+    """A data file's rows in the mirror's columns (Spark's INT96 times cast, a column it lacks NULL)."""
     filesystem, base = output_filesystem(path)
-    parts = []
-    for f in files:
-        name = urllib.parse.unquote(f["path"])
-        with filesystem.open_input_file(f"{base.rstrip('/')}/{name}") as stream:
-            parts.append(conformed(pq.read_table(stream), plan, changelog=False))
-    file_of = pa.array([i for i, p in enumerate(parts) for _ in range(p.num_rows)], pa.int32())
-    rows = pa.concat_tables(parts) if parts else plan_schema(plan, changelog=False).empty_table()
-    return rows, file_of
+    name = urllib.parse.unquote(add["path"])
+    with filesystem.open_input_file(f"{base.rstrip('/')}/{name}") as stream:
+        return conformed(pq.read_table(stream, use_threads=False), plan, changelog=False)
 
 
 def _now_ms() -> int:

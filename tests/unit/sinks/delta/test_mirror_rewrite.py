@@ -1,4 +1,5 @@
-"""The MERGE done by rewriting files (gtidsnap.sinks.delta.mirror_rewrite.merged) against a model of
+"""The MERGE done by rewriting files (gtidsnap.sinks.delta.mirror_rewrite: merged_file a file
+at a time, then inserted) against a model of
 the sink's Spark MERGE (``whenMatchedDelete`` / ``whenMatchedUpdateAll`` over an older ``_seq``,
 ``whenNotMatchedInsertAll`` but deletes) on random worlds: a mirror in several files, changes of
 held keys newer and older than their rows, inserts, deletes of held and unknown keys. The mirror
@@ -14,7 +15,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtidsnap.sinks.delta.mirror_rewrite import merged, touched
+from gtidsnap.sinks.delta.mirror_rewrite import inserted, merged_file, touched
 
 KEY = ["id"]
 
@@ -47,10 +48,12 @@ def _table(rows: list[tuple[int, int, str, str]]) -> pa.Table:
 @given(worlds())
 def test_rewrite_is_the_spark_merge(world: tuple[list[dict[int, int]], dict[int, tuple[int, str]]]) -> None:
     files, changes = world
-    target_rows = [(k, s, "u", f"old-{k}-{s}") for f in files for k, s in f.items()]
-    file_of = pa.array([i for i, f in enumerate(files) for _ in f], pa.int32())
     source = _table([(k, s, op, f"new-{k}-{s}") for k, (s, op) in changes.items()])
-    done = merged(_table(target_rows), file_of, source, KEY)
+    done = [
+        merged_file(_table([(k, s, "u", f"old-{k}-{s}") for k, s in f.items()]), source, KEY) for f in files
+    ]
+    new = inserted(source, [d.matched for d in done])
+    target_rows = [(k, s, "u", f"old-{k}-{s}") for f in files for k, s in f.items()]
 
     # the model: Spark's MERGE, row by row
     mirror = {k: (s, "u", f"old-{k}-{s}") for k, s, _, _ in target_rows}
@@ -73,20 +76,21 @@ def test_rewrite_is_the_spark_merge(world: tuple[list[dict[int, int]], dict[int,
             mirror[k] = (s, op, f"new-{k}-{s}")
             cdf[("insert", k, f"new-{k}-{s}")] += 1
 
-    assert done.rewritten == changed_files
+    assert {i for i, d in enumerate(done) if d.rows is not None} == changed_files
     kept = [
-        (k, s, "u", f"old-{k}-{s}")
-        for i, f in enumerate(files)
-        if i not in done.rewritten
-        for k, s in f.items()
+        (k, s, "u", f"old-{k}-{s}") for i, f in enumerate(files) if done[i].rows is None for k, s in f.items()
     ]
-    after = {r["id"]: (r["_seq"], r["_op"], r["v"]) for r in _table(kept).to_pylist() + done.rows.to_pylist()}
-    assert len(kept) + done.rows.num_rows == len(after)  # no key twice
+    rows = _table(kept).to_pylist() + [r for d in done if d.rows is not None for r in d.rows.to_pylist()]
+    rows += new.to_pylist()
+    after = {r["id"]: (r["_seq"], r["_op"], r["v"]) for r in rows}
+    assert len(rows) == len(after)  # no key twice
     assert after == mirror
-    got = Counter((r["_change_type"], r["id"], r["v"]) for r in done.changes.to_pylist())
+    feed = [r for d in done for r in d.changes.to_pylist()]
+    got = Counter((r["_change_type"], r["id"], r["v"]) for r in feed)
+    got.update(("insert", r["id"], r["v"]) for r in new.to_pylist())
     assert got == cdf
     kinds = Counter(kind for kind, _, _ in cdf.elements())
-    assert (done.updated, done.deleted, done.inserted) == (
+    assert (sum(d.updated for d in done), sum(d.deleted for d in done), new.num_rows) == (
         kinds["update_postimage"],
         kinds["delete"],
         kinds["insert"],
