@@ -90,7 +90,7 @@ def test_rewrite_holds_what_the_spark_merge_held(spark: SparkSession, tmp_path: 
     assert _table_rows(spark, by_files) == _table_rows(spark, by_spark)
     assert _feed(spark, by_files) == _feed(spark, by_spark)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{by_files}`").collect()
-    assert history[0]["operation"] == "WRITE" and '"gtidsnap_batch": 3' in history[0]["userMetadata"]
+    assert history[0]["operation"] == "MERGE" and '"gtidsnap_batch": 3' in history[0]["userMetadata"]
 
     # idempotent per app id and version: the same call again commits nothing
     again = rewrite_merge(spark, by_files, changes, KEY, plan, stats_columns(KEY, True), ("app", 3, meta))

@@ -10,8 +10,8 @@ two-core machine; this costs a read and a write of the touched files (~0.1 s for
 small Spark job listing the table's files. It is used where it is exact and small: the mirror's
 columns are the changes' (no schema evolution), no deletion vectors, no partitions, no column
 mapping, and the files that may hold a changed key (by the key's file statistics) are at most
-:data:`REWRITE_FILES`, :data:`REWRITE_BYTES` in all and :data:`FILE_BYTES` each (a file's rows are in
-memory while it is rewritten, one file at a time). Elsewhere Spark MERGEs. A crash before the commit
+:data:`REWRITE_FILES` and :data:`REWRITE_BYTES` (read and written a piece at a time: a file's rows
+are never all in memory). Elsewhere Spark MERGEs. A crash before the commit
 leaves files the log never names, as any failed Delta write does.
 """
 
@@ -21,7 +21,7 @@ import bisect
 import json
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,16 +31,18 @@ import pyarrow.parquet as pq
 
 from gtidsnap.sinks.delta.change_rows import SEQ, conformed, plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan
-from gtidsnap.sinks.delta.file_commits import delta_actions, write_data_file, write_operation
+from gtidsnap.sinks.delta.file_commits import delta_actions, write_data_file
+from gtidsnap.sinks.delta.mirror_files import PIECE_ROWS
 from gtidsnap.sinks.delta.staging import output_filesystem
+from gtidsnap.sinks.delta.util import USER_METADATA
 from gtidsnap.sinks.delta.writes import retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REWRITE_BYTES = 256 * 1024 * 1024  # the touched files' size at most (Spark MERGEs larger ones in parallel)
-FILE_BYTES = 32 * 1024 * 1024  # a touched file's at most: its rows are in memory while it is rewritten
 REWRITE_FILES = 64  # and their number
+TABLE_FILES = 10_000  # the table's files at most
 CHANGE_TYPE = "_change_type"
 _T, _S = "_gtidsnap_t", "_gtidsnap_s"
 
@@ -166,12 +168,14 @@ def rewrite_merge(
                 return
             actions.append({"txn": {"appId": app_id, "version": version, "lastUpdated": _now_ms()}})
         txn.readWholeTable()  # any commit in between (OPTIMIZE, say) conflicts: this one is done again
+        if txn.snapshot().numOfFiles() > TABLE_FILES:
+            return  # the files' list is not brought into Python
         files = [json.loads(j) for j in txn.snapshot().allFiles().toJSON().collectAsList()]
         if any(f.get("deletionVector") or ":" in f["path"] or f["path"].startswith("/") for f in files):
             return  # a file with deleted rows marked, or outside the table's folder (a clone's)
         found = touched(files, key[0], source.column(key[0]).combine_chunks()) if len(key) == 1 else files
         sizes = [int(f["size"]) for f in found]
-        if len(found) > REWRITE_FILES or sum(sizes) > REWRITE_BYTES or max(sizes, default=0) > FILE_BYTES:
+        if len(found) > REWRITE_FILES or sum(sizes) > REWRITE_BYTES:
             return
         physical = plan_schema(plan, changelog=False)
         feed: list[pa.Table] = []
@@ -179,15 +183,24 @@ def rewrite_merge(
         counts = [0, 0, 0]
         now = _now_ms()
         for old in found:
-            done = merged_file(_read(path, old, plan), source, key)
-            matched.append(done.matched)
-            if done.rows is None:
+            met, applies = _meeting(_read_keys(path, old, physical, key), source, key)
+            matched.append(met)
+            if not applies:
                 continue
+
+            def rewritten(old: dict[str, Any] = old) -> Iterator[pa.Table]:
+                for piece in _pieces(path, old, plan):
+                    done = merged_file(piece, source, key)
+                    if done.rows is None:
+                        yield piece
+                        continue
+                    counts[1] += done.updated
+                    counts[2] += done.deleted
+                    feed.append(done.changes)
+                    yield done.rows
+
             counts[0] += 1
-            counts[1] += done.updated
-            counts[2] += done.deleted
-            feed.append(done.changes)
-            new = write_data_file(path, [done.rows], physical, stats_columns)
+            new = write_data_file(path, rewritten(), physical, stats_columns)
             actions.append(_remove(old, now))
             if new is not None:
                 actions.append(new.add_action())
@@ -204,7 +217,12 @@ def rewrite_merge(
                 actions.append(
                     {"cdc": {"path": cdc.name, "partitionValues": {}, "size": cdc.size, "dataChange": False}}
                 )
-        txn.commit(delta_actions(spark, actions), write_operation(spark, meta))
+        conf = spark.conf  # a MERGE's user metadata comes from the session, as the sink's Spark MERGE's
+        conf.set(USER_METADATA, json.dumps(meta))
+        try:
+            txn.commit(delta_actions(spark, actions), _merge_operation(spark))
+        finally:
+            conf.unset(USER_METADATA)
         result[0] = Rewrite(counts[0], counts[1], counts[2], inserts.num_rows)
 
     retry_conflicts(attempt, path)
@@ -225,6 +243,14 @@ def _remove(add: dict[str, Any], now_ms: int) -> dict[str, Any]:
     }
 
 
+def _merge_operation(spark: SparkSession) -> Any:
+    """A ``MERGE`` in the table's history, as the Spark MERGE it replaces (its predicates unnamed)."""
+    jvm: Any = spark._jvm
+    none = jvm.scala.Option.empty()
+    empty = jvm.scala.jdk.javaapi.CollectionConverters.asScala(jvm.java.util.ArrayList()).toList()
+    return jvm.org.apache.spark.sql.delta.DeltaOperations.Merge(none, none, none, none, empty, empty, empty)
+
+
 def _plain(txn: Any) -> bool:
     """Whether the mirror's files can be rewritten as plain Parquet of its columns: no partitions, no
     column mapping, no deletion vectors, and Change Data Feed on (what the sink creates)."""
@@ -242,12 +268,33 @@ def _plain(txn: Any) -> bool:
     )
 
 
-def _read(path: str, add: dict[str, Any], plan: ColumnPlan) -> pa.Table:
-    """A data file's rows in the mirror's columns (Spark's INT96 times cast, a column it lacks NULL)."""
+def _meeting(keys: pa.Table, source: pa.Table, key: Sequence[str]) -> tuple[pa.Array, bool]:
+    """Of a file's keys and ``_seq``: the source rows whose key it holds, and whether one of them
+    applies (over an older ``_seq``), so that the file is rewritten."""
+    pairs = keys.join(_source_keys(source, list(key)), keys=list(key), join_type="inner")
+    applies = pc.any(pc.greater(pairs.column("_s_seq"), pairs.column(SEQ))).as_py()
+    return pairs.column(_S).combine_chunks(), bool(applies)
+
+
+def _read_keys(path: str, add: dict[str, Any], physical: pa.Schema, key: Sequence[str]) -> pa.Table:
+    """A data file's key columns and ``_seq``, in the mirror's types."""
+    names = [*key, SEQ]
+    with _open(path, add) as stream:
+        rows = pq.read_table(stream, columns=names, use_threads=False)
+    return rows.cast(pa.schema([physical.field(n) for n in names]))
+
+
+def _pieces(path: str, add: dict[str, Any], plan: ColumnPlan) -> Iterator[pa.Table]:
+    """A data file's rows in the mirror's columns (Spark's INT96 times cast, a column it lacks
+    NULL), :data:`PIECE_ROWS` at a time: a file's rows are never all in memory."""
+    with _open(path, add) as stream:
+        for batch in pq.ParquetFile(stream).iter_batches(batch_size=PIECE_ROWS, use_threads=False):
+            yield conformed(pa.Table.from_batches([batch]), plan, changelog=False)
+
+
+def _open(path: str, add: dict[str, Any]) -> Any:
     filesystem, base = output_filesystem(path)
-    name = urllib.parse.unquote(add["path"])
-    with filesystem.open_input_file(f"{base.rstrip('/')}/{name}") as stream:
-        return conformed(pq.read_table(stream, use_threads=False), plan, changelog=False)
+    return filesystem.open_input_file(f"{base.rstrip('/')}/{urllib.parse.unquote(add['path'])}")
 
 
 def _now_ms() -> int:
