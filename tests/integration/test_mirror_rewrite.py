@@ -91,6 +91,9 @@ def test_rewrite_holds_what_the_spark_merge_held(spark: SparkSession, tmp_path: 
     assert _feed(spark, by_files) == _feed(spark, by_spark)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{by_files}`").collect()
     assert history[0]["operation"] == "MERGE" and '"gtidsnap_batch": 3' in history[0]["userMetadata"]
+    spark_merge = spark.sql(f"DESCRIBE HISTORY delta.`{by_spark}`").collect()[0]["operationMetrics"]
+    counted = ("numSourceRows", "numTargetRowsUpdated", "numTargetRowsDeleted", "numTargetRowsInserted")
+    assert {k: history[0]["operationMetrics"][k] for k in counted} == {k: spark_merge[k] for k in counted}
 
     # idempotent per app id and version: the same call again commits nothing
     again = rewrite_merge(spark, by_files, changes, KEY, plan, stats_columns(KEY, True), ("app", 3, meta))

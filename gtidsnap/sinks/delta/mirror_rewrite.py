@@ -21,6 +21,7 @@ import bisect
 import json
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,19 @@ REWRITE_BYTES = 256 * 1024 * 1024  # the touched files' size at most (Spark MERG
 REWRITE_FILES = 64  # and their number
 TABLE_FILES = 10_000  # the table's files at most
 CHANGE_TYPE = "_change_type"
+MERGE_METRICS = (  # reported 0 unless counted
+    "numTargetRowsInserted",
+    "numTargetRowsUpdated",
+    "numTargetRowsDeleted",
+    "numTargetRowsCopied",
+    "numTargetRowsNotMatchedBySourceUpdated",
+    "numTargetRowsNotMatchedBySourceDeleted",
+    "numTargetDeletionVectorsAdded",
+    "numTargetDeletionVectorsRemoved",
+    "numTargetDeletionVectorsUpdated",
+    "scanTimeMs",
+    "materializeSourceTimeMs",
+)
 _T, _S = "_gtidsnap_t", "_gtidsnap_s"
 
 
@@ -158,6 +172,7 @@ def rewrite_merge(
     result: list[Rewrite | None] = [None]
 
     def attempt() -> None:
+        started = _now_ms()
         txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
         if not _plain(txn):
             return
@@ -180,7 +195,7 @@ def rewrite_merge(
         physical = plan_schema(plan, changelog=False)
         feed: list[pa.Table] = []
         matched: list[pa.Array] = []
-        counts = [0, 0, 0]
+        m: Counter[str] = Counter()  # what Delta's MERGE reports of itself (its operationMetrics)
         now = _now_ms()
         for old in found:
             met, applies = _meeting(_read_keys(path, old, physical, key), source, key)
@@ -192,24 +207,32 @@ def rewrite_merge(
                 for piece in _pieces(path, old, plan):
                     done = merged_file(piece, source, key)
                     if done.rows is None:
+                        m["numTargetRowsCopied"] += piece.num_rows
                         yield piece
                         continue
-                    counts[1] += done.updated
-                    counts[2] += done.deleted
+                    m["numTargetRowsCopied"] += done.rows.num_rows - done.updated
+                    m["numTargetRowsUpdated"] += done.updated
+                    m["numTargetRowsDeleted"] += done.deleted
                     feed.append(done.changes)
                     yield done.rows
 
-            counts[0] += 1
             new = write_data_file(path, rewritten(), physical, stats_columns)
             actions.append(_remove(old, now))
+            m["numTargetFilesRemoved"] += 1
+            m["numTargetBytesRemoved"] += int(old["size"])
             if new is not None:
                 actions.append(new.add_action())
+                m["numTargetFilesAdded"] += 1
+                m["numTargetBytesAdded"] += new.size
         inserts = inserted(source, matched)
         if inserts.num_rows:
             new = write_data_file(path, [inserts], physical, stats_columns)
             assert new is not None
             actions.append(new.add_action())
             feed.append(_typed(inserts, "insert"))
+            m["numTargetRowsInserted"] += inserts.num_rows
+            m["numTargetFilesAdded"] += 1
+            m["numTargetBytesAdded"] += new.size
         if feed:
             cdc_schema = physical.append(pa.field(CHANGE_TYPE, pa.string()))
             cdc = write_data_file(path, feed, cdc_schema, [], kind="cdc")
@@ -217,13 +240,22 @@ def rewrite_merge(
                 actions.append(
                     {"cdc": {"path": cdc.name, "partitionValues": {}, "size": cdc.size, "dataChange": False}}
                 )
+                m["numTargetChangeFilesAdded"] += 1
+        m["numSourceRows"] = m["operationNumSourceRows"] = source.num_rows
+        m["numTargetRowsMatchedUpdated"] = m["numTargetRowsUpdated"]
+        m["numTargetRowsMatchedDeleted"] = m["numTargetRowsDeleted"]
+        m["executionTimeMs"] = m["rewriteTimeMs"] = _now_ms() - started
+        _register_metrics(spark, txn, m)
         conf = spark.conf  # a MERGE's user metadata comes from the session, as the sink's Spark MERGE's
         conf.set(USER_METADATA, json.dumps(meta))
         try:
             txn.commit(delta_actions(spark, actions), _merge_operation(spark))
         finally:
             conf.unset(USER_METADATA)
-        result[0] = Rewrite(counts[0], counts[1], counts[2], inserts.num_rows)
+        rewritten_files = m["numTargetFilesRemoved"]
+        result[0] = Rewrite(
+            rewritten_files, m["numTargetRowsUpdated"], m["numTargetRowsDeleted"], inserts.num_rows
+        )
 
     retry_conflicts(attempt, path)
     return result[0]
@@ -241,6 +273,21 @@ def _remove(add: dict[str, Any], now_ms: int) -> dict[str, Any]:
             "size": add["size"],
         }
     }
+
+
+def _register_metrics(spark: SparkSession, txn: Any, values: Counter[str]) -> None:
+    """The rewrite's figures as the SQL metrics a MERGE commit reports in the table's history (Delta
+    requires some of them for a MERGE; the others are read as 0)."""
+    jvm: Any = spark._jvm
+    create = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric
+    metrics = {}
+    for name in (*MERGE_METRICS, *values):
+        metric = create(spark.sparkContext._jsc.sc(), name)
+        metric.set(int(values.get(name, 0)))
+        metrics[name] = metric
+    txn.registerSQLMetrics(
+        spark._jsparkSession, jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(metrics)
+    )
 
 
 def _merge_operation(spark: SparkSession) -> Any:
