@@ -183,9 +183,9 @@ def rewrite_merge(
                 return
             actions.append({"txn": {"appId": app_id, "version": version, "lastUpdated": _now_ms()}})
         txn.readWholeTable()  # any commit in between (OPTIMIZE, say) conflicts: this one is done again
-        if txn.snapshot().numOfFiles() > TABLE_FILES:
-            return  # the files' list is not brought into Python
-        files = [json.loads(j) for j in txn.snapshot().allFiles().toJSON().collectAsList()]
+        files = _files(path, txn)
+        if files is None:
+            return  # too many to bring into Python
         if any(f.get("deletionVector") or ":" in f["path"] or f["path"].startswith("/") for f in files):
             return  # a file with deleted rows marked, or outside the table's folder (a clone's)
         found = touched(files, key[0], source.column(key[0]).combine_chunks()) if len(key) == 1 else files
@@ -259,6 +259,27 @@ def rewrite_merge(
 
     retry_conflicts(attempt, path)
     return result[0]
+
+
+def _files(path: str, txn: Any) -> list[dict[str, Any]] | None:
+    """The table's files as of the transaction's snapshot (``add`` actions), None past
+    :data:`TABLE_FILES`: from the version's checksum file where Delta wrote them in it (its optional
+    ``allFiles``, kept for small tables), else by the snapshot's Spark job."""
+    snapshot = txn.snapshot()
+    filesystem, base = output_filesystem(path)
+    try:
+        name = f"{base.rstrip('/')}/_delta_log/{int(snapshot.version()):020d}.crc"
+        with filesystem.open_input_stream(name) as stream:
+            checksum = json.loads(stream.read())
+        if isinstance(checksum.get("allFiles"), list) and checksum.get("numFiles") == len(
+            checksum["allFiles"]
+        ):
+            return list(checksum["allFiles"])
+    except (OSError, ValueError):
+        pass  # no checksum file (not written, or cleaned up): the snapshot lists them
+    if snapshot.numOfFiles() > TABLE_FILES:
+        return None
+    return [json.loads(j) for j in snapshot.allFiles().toJSON().collectAsList()]
 
 
 def _remove(add: dict[str, Any], now_ms: int) -> dict[str, Any]:
