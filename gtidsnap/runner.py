@@ -5,6 +5,7 @@ Kept apart from the CLI so that tests, benchmarks and other front ends build the
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -177,7 +178,15 @@ def run_engine(
         def spark_factory() -> SparkSession:
             return build_spark_session(master=config.sink.spark_master, log_file=spark_log)
 
-    engine = build_engine(config, replica, on_progress, on_started=hook, spark_factory=spark_factory)
+    def started(engine: Engine) -> None:
+        # What start-up made (modules, Spark's Py4J machinery: ~hundreds of thousands of objects) is
+        # left out of the collector's full passes, which walked it again and again while the stream's
+        # rows came and went (measured: streaming 1M changes into Delta ~4% faster).
+        gc.freeze()
+        if hook is not None:
+            hook(engine)
+
+    engine = build_engine(config, replica, on_progress, on_started=started, spark_factory=spark_factory)
     try:
         return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
     finally:
