@@ -182,6 +182,7 @@ def run_engine(
         # What start-up made (modules, Spark's Py4J machinery: ~hundreds of thousands of objects) is
         # left out of the collector's full passes, which walked it again and again while the stream's
         # rows came and went (measured: streaming 1M changes into Delta ~4% faster).
+        gc.collect()  # what is garbage already is not frozen
         gc.freeze()
         if hook is not None:
             hook(engine)
@@ -190,6 +191,7 @@ def run_engine(
     try:
         return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
     finally:
+        gc.unfreeze()  # a process that runs engines again (tests, an embedding) frees what a run held
         if hook is not None:
             hook.stop()
 

@@ -7,7 +7,9 @@ version, and a mirror it is not for (deletion vectors) is left to Spark."""
 
 from __future__ import annotations
 
+import json
 import random
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,5 +113,45 @@ def test_a_mirror_with_deletion_vectors_is_left_to_spark(spark: SparkSession, tm
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
     versions = len(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect())
     changes = _changes(random.Random(2), held, plan)
+    assert rewrite_merge(spark, path, changes, KEY, plan, stats_columns(KEY, True), ("app", 1, {})) is None
+    assert len(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()) == versions
+
+
+def test_a_commit_from_another_thread_and_session_carries_its_metadata(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The background mirror updates run on a thread of their own with a session of their own; a
+    MERGE's user metadata comes from the active session's settings, so the rewrite makes its own
+    session active for the commit (else the commit carried none: restarts would redo its MERGE)."""
+    plan = _plan()
+    path = str(tmp_path / "mirror")
+    held = _mirror(spark, random.Random(3), path, plan)
+    changes = _changes(random.Random(4), held, plan)
+    other = spark.newSession()
+    done: list[Any] = []
+
+    def update() -> None:
+        meta = {"gtidsnap_mirror": 9}
+        done.append(
+            rewrite_merge(other, path, changes, KEY, plan, stats_columns(KEY, True), ("app", None, meta))
+        )
+
+    thread = threading.Thread(target=update)
+    thread.start()
+    thread.join()
+    assert done and done[0] is not None
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]
+    assert last["operation"] == "MERGE" and json.loads(last["userMetadata"]) == {"gtidsnap_mirror": 9}
+
+
+def test_a_mirror_whose_schema_moved_on_is_left_to_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """The sink's cached schema may be older than the table's (a column added by another writer): the
+    rewrite checks the transaction's own, and leaves such a mirror to Spark's MERGE, which keeps it."""
+    plan = _plan()
+    path = str(tmp_path / "moved")
+    held = _mirror(spark, random.Random(5), path, plan)
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (extra STRING)")
+    versions = len(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect())
+    changes = _changes(random.Random(6), held, plan)
     assert rewrite_merge(spark, path, changes, KEY, plan, stats_columns(KEY, True), ("app", 1, {})) is None
     assert len(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()) == versions

@@ -17,7 +17,6 @@ leaves files the log never names, as any failed Delta write does.
 
 from __future__ import annotations
 
-import bisect
 import json
 import time
 import urllib.parse
@@ -27,13 +26,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gtidsnap.sinks.delta.change_rows import SEQ, conformed, plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan
-from gtidsnap.sinks.delta.file_commits import delta_actions, write_data_file
+from gtidsnap.sinks.delta.file_commits import delta_actions, holds_plan, write_data_file
+from gtidsnap.sinks.delta.file_merge import CHANGE_TYPE, inserted, meeting, merged_file, touched, typed
 from gtidsnap.sinks.delta.mirror_files import PIECE_ROWS
+from gtidsnap.sinks.delta.staged_frames import spark_schema
 from gtidsnap.sinks.delta.staging import output_filesystem
 from gtidsnap.sinks.delta.util import USER_METADATA
 from gtidsnap.sinks.delta.writes import retry_conflicts
@@ -44,7 +44,21 @@ if TYPE_CHECKING:
 REWRITE_BYTES = 256 * 1024 * 1024  # the touched files' size at most (Spark MERGEs larger ones in parallel)
 REWRITE_FILES = 64  # and their number
 TABLE_FILES = 10_000  # the table's files at most
-CHANGE_TYPE = "_change_type"
+PLAIN_FEATURES = frozenset(  # writer features a rewrite keeps (any other: Spark MERGEs)
+    {
+        "appendOnly",  # the feature, not the property (checked apart)
+        "changeDataFeed",
+        "invariants",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "domainMetadata",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "checkpointProtection",
+        "inCommitTimestamp",
+    }
+)
 MERGE_METRICS = (  # reported 0 unless counted
     "numTargetRowsInserted",
     "numTargetRowsUpdated",
@@ -58,19 +72,6 @@ MERGE_METRICS = (  # reported 0 unless counted
     "scanTimeMs",
     "materializeSourceTimeMs",
 )
-_T, _S = "_gtidsnap_t", "_gtidsnap_s"
-
-
-@dataclass(frozen=True)
-class FileMerge:
-    """What a MERGE makes of one data file: its rows after it (None: none changed, the file stays),
-    the Change Data Feed rows of its changed rows, and the source rows whose key it holds."""
-
-    rows: pa.Table | None
-    changes: pa.Table
-    matched: pa.Array
-    updated: int
-    deleted: int
 
 
 @dataclass(frozen=True)
@@ -81,77 +82,6 @@ class Rewrite:
     updated: int
     deleted: int
     inserted: int
-
-
-def merged_file(target: pa.Table, source: pa.Table, key: Sequence[str]) -> FileMerge:
-    """The MERGE of ``source`` (one row a key, with ``_op`` and ``_seq``) into one file's rows
-    ``target``: a key's change applies over an older ``_seq`` only, a delete removes the row."""
-    key = list(key)
-    t = target.select([*key, SEQ]).append_column(_T, pa.array(range(target.num_rows), pa.int64()))
-    pairs = t.join(_source_keys(source, key), keys=key, join_type="inner")
-    applied = pairs.filter(pc.greater(pairs.column("_s_seq"), pairs.column(SEQ)))
-    is_delete = pc.equal(applied.column("_s_op"), "d")
-    deletes = applied.filter(is_delete)
-    updates = applied.filter(pc.invert(is_delete))
-    matched = pairs.column(_S).combine_chunks()
-    if not applied.num_rows:
-        return FileMerge(None, _typed(source.slice(0, 0), "insert"), matched, 0, 0)
-    keep = pc.invert(pc.is_in(t.column(_T), value_set=applied.column(_T).combine_chunks()))
-    post = source.take(updates.column(_S))
-    changes = pa.concat_tables(
-        [
-            _typed(target.take(updates.column(_T)), "update_preimage"),
-            _typed(post, "update_postimage"),
-            _typed(target.take(deletes.column(_T)), "delete"),
-        ]
-    )
-    rows = pa.concat_tables([target.filter(keep), post])
-    return FileMerge(rows, changes, matched, updates.num_rows, deletes.num_rows)
-
-
-def inserted(source: pa.Table, matched: Sequence[pa.Array]) -> pa.Table:
-    """The source rows whose key no file holds (``matched``: those some file holds), deletes left
-    out: what the MERGE inserts."""
-    at = pa.array(range(source.num_rows), pa.int64())
-    held = pa.concat_arrays(list(matched)) if matched else pa.array([], pa.int64())
-    new = pc.and_(pc.invert(pc.is_in(at, value_set=held)), pc.not_equal(source.column("_op"), "d"))
-    return source.filter(new)
-
-
-def _source_keys(source: pa.Table, key: list[str]) -> pa.Table:
-    return pa.table(
-        {
-            **{k: source.column(k) for k in key},
-            "_s_seq": source.column(SEQ),
-            "_s_op": source.column("_op"),
-            _S: pa.array(range(source.num_rows), pa.int64()),
-        }
-    )
-
-
-def _typed(rows: pa.Table, change: str) -> pa.Table:
-    return rows.append_column(CHANGE_TYPE, pa.array([change] * rows.num_rows, pa.string()))
-
-
-def touched(files: Sequence[dict[str, Any]], column: str, keys: pa.Array) -> list[dict[str, Any]]:
-    """The files (``add`` actions) that may hold one of ``keys`` (integers, of the key's one
-    ``column``) by their statistics; a file without bounds may hold any, and every file may hold a
-    key of another type (a string's bounds are prefixes)."""
-    if not pa.types.is_integer(keys.type):
-        return list(files)
-    ordered = sorted(k for k in keys.to_pylist() if k is not None)
-    out = []
-    for f in files:
-        stats = json.loads(f.get("stats") or "{}")
-        low = stats.get("minValues", {}).get(column)
-        high = stats.get("maxValues", {}).get(column)
-        if not isinstance(low, int) or not isinstance(high, int):
-            out.append(f)
-            continue
-        at = bisect.bisect_left(ordered, low)
-        if at < len(ordered) and ordered[at] <= high:
-            out.append(f)
-    return out
 
 
 def rewrite_merge(
@@ -174,7 +104,7 @@ def rewrite_merge(
     def attempt() -> None:
         started = _now_ms()
         txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
-        if not _plain(txn):
+        if not _plain(txn, plan):
             return
         actions: list[dict[str, Any]] = []
         if version is not None:
@@ -198,7 +128,7 @@ def rewrite_merge(
         m: Counter[str] = Counter()  # what Delta's MERGE reports of itself (its operationMetrics)
         now = _now_ms()
         for old in found:
-            met, applies = _meeting(_read_keys(path, old, physical, key), source, key)
+            met, applies = meeting(_read_keys(path, old, physical, key), source, key)
             matched.append(met)
             if not applies:
                 continue
@@ -229,7 +159,7 @@ def rewrite_merge(
             new = write_data_file(path, [inserts], physical, stats_columns)
             assert new is not None
             actions.append(new.add_action())
-            feed.append(_typed(inserts, "insert"))
+            feed.append(typed(inserts, "insert"))
             m["numTargetRowsInserted"] += inserts.num_rows
             m["numTargetFilesAdded"] += 1
             m["numTargetBytesAdded"] += new.size
@@ -246,12 +176,7 @@ def rewrite_merge(
         m["numTargetRowsMatchedDeleted"] = m["numTargetRowsDeleted"]
         m["executionTimeMs"] = m["rewriteTimeMs"] = _now_ms() - started
         _register_metrics(spark, txn, m)
-        conf = spark.conf  # a MERGE's user metadata comes from the session, as the sink's Spark MERGE's
-        conf.set(USER_METADATA, json.dumps(meta))
-        try:
-            txn.commit(delta_actions(spark, actions), _merge_operation(spark))
-        finally:
-            conf.unset(USER_METADATA)
+        _commit_as_merge(spark, txn, actions, meta)
         rewritten_files = m["numTargetFilesRemoved"]
         result[0] = Rewrite(
             rewritten_files, m["numTargetRowsUpdated"], m["numTargetRowsDeleted"], inserts.num_rows
@@ -292,8 +217,35 @@ def _remove(add: dict[str, Any], now_ms: int) -> dict[str, Any]:
             "extendedFileMetadata": True,
             "partitionValues": {},
             "size": add["size"],
+            **{k: add[k] for k in ("stats", "tags") if add.get(k) is not None},
         }
     }
+
+
+def _commit_as_merge(
+    spark: SparkSession, txn: Any, actions: list[dict[str, Any]], meta: dict[str, Any]
+) -> None:
+    """Commit ``actions`` as a MERGE tagged with ``meta``. A MERGE's user metadata can only come from
+    the settings of the JVM thread's active session (the operation has no field for it): ``spark``
+    (a background thread's own session) is made active for the commit, and both are restored after."""
+    jvm: Any = spark._jvm
+    sessions = jvm.org.apache.spark.sql.SparkSession
+    before = sessions.getActiveSession()
+    conf = spark.conf
+    held = conf.get(USER_METADATA, None)
+    sessions.setActiveSession(spark._jsparkSession)
+    conf.set(USER_METADATA, json.dumps(meta))
+    try:
+        txn.commit(delta_actions(spark, actions), _merge_operation(spark))
+    finally:
+        if held is None:
+            conf.unset(USER_METADATA)
+        else:
+            conf.set(USER_METADATA, held)
+        if before.isDefined():
+            sessions.setActiveSession(before.get())
+        else:
+            sessions.clearActiveSession()
 
 
 def _register_metrics(spark: SparkSession, txn: Any, values: Counter[str]) -> None:
@@ -319,36 +271,33 @@ def _merge_operation(spark: SparkSession) -> Any:
     return jvm.org.apache.spark.sql.delta.DeltaOperations.Merge(none, none, none, none, empty, empty, empty)
 
 
-def _plain(txn: Any) -> bool:
-    """Whether the mirror's files can be rewritten as plain Parquet of its columns: no partitions, no
-    column mapping, no deletion vectors, and Change Data Feed on (what the sink creates)."""
+def _plain(txn: Any, plan: ColumnPlan) -> bool:
+    """Whether the mirror's files can be rewritten as plain Parquet of ``plan``'s columns: its schema
+    (as of the transaction, not as cached) is the plan's, no partitions, no constraints, Change Data
+    Feed on, and no table feature this module does not keep (deletion vectors, column mapping, row
+    tracking: what the sink creates has none)."""
+    from pyspark.sql import types as T
+
     metadata = txn.metadata()
-    conf = {
-        k: metadata.configuration().get(k)
-        for k in ("delta.enableDeletionVectors", "delta.columnMapping.mode", "delta.enableChangeDataFeed")
-    }
-    value = {k: (str(v.get()).lower() if v.isDefined() else "") for k, v in conf.items()}
-    return (
-        metadata.partitionColumns().isEmpty()
-        and value["delta.enableDeletionVectors"] != "true"
-        and value["delta.columnMapping.mode"] in ("", "none")
-        and value["delta.enableChangeDataFeed"] == "true"
-    )
-
-
-def _meeting(keys: pa.Table, source: pa.Table, key: Sequence[str]) -> tuple[pa.Array, bool]:
-    """Of a file's keys and ``_seq``: the source rows whose key it holds, and whether one of them
-    applies (over an older ``_seq``), so that the file is rewritten."""
-    pairs = keys.join(_source_keys(source, list(key)), keys=list(key), join_type="inner")
-    applies = pc.any(pc.greater(pairs.column("_s_seq"), pairs.column(SEQ))).as_py()
-    return pairs.column(_S).combine_chunks(), bool(applies)
+    schema = T.StructType.fromJson(json.loads(metadata.schemaString()))
+    if not holds_plan(schema, spark_schema(plan)) or not metadata.partitionColumns().isEmpty():
+        return False
+    conf = {str(k): str(v) for k, v in json.loads(metadata.json())["metaData"]["configuration"].items()}
+    if conf.get("delta.enableChangeDataFeed", "").lower() != "true" or conf.get("delta.appendOnly") == "true":
+        return False
+    if any(k.startswith("delta.constraints.") for k in conf):
+        return False
+    protocol = json.loads(txn.protocol().json())["protocol"]
+    if protocol.get("minWriterVersion") != 7:
+        return False  # a table of the sink's has its writer features listed
+    return set(protocol.get("writerFeatures") or ()) <= PLAIN_FEATURES
 
 
 def _read_keys(path: str, add: dict[str, Any], physical: pa.Schema, key: Sequence[str]) -> pa.Table:
     """A data file's key columns and ``_seq``, in the mirror's types."""
     names = [*key, SEQ]
     with _open(path, add) as stream:
-        rows = pq.read_table(stream, columns=names, use_threads=False)
+        rows = pq.read_table(stream, columns=names, use_threads=False, coerce_int96_timestamp_unit="us")
     return rows.cast(pa.schema([physical.field(n) for n in names]))
 
 
@@ -356,7 +305,8 @@ def _pieces(path: str, add: dict[str, Any], plan: ColumnPlan) -> Iterator[pa.Tab
     """A data file's rows in the mirror's columns (Spark's INT96 times cast, a column it lacks
     NULL), :data:`PIECE_ROWS` at a time: a file's rows are never all in memory."""
     with _open(path, add) as stream:
-        for batch in pq.ParquetFile(stream).iter_batches(batch_size=PIECE_ROWS, use_threads=False):
+        data = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
+        for batch in data.iter_batches(batch_size=PIECE_ROWS, use_threads=False):
             yield conformed(pa.Table.from_batches([batch]), plan, changelog=False)
 
 
