@@ -627,6 +627,7 @@ DEFERRED_STEPS = (
     "delta-after-changelog:3",  # changes of checkpointed batches still wait for their MERGE ...
     "delta-before-catch-up:1",  # ... so the next start MERGEs them from the changelog: killed before
     "delta-after-catch-up:1",  # and after it (the catch-up is a batch: undone, then done again)
+    "delta-mirror-rewritten:1",  # a due MERGE's rewritten files written, not committed
     "between-commit-and-checkpoint:2",
     "delta-after-mirror:1",  # by now a due MERGE or the one that drains what waits at the end
 )

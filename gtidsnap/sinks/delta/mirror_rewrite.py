@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.sinks.delta.change_rows import SEQ, conformed, plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.file_commits import delta_actions, holds_plan, write_data_file
@@ -176,6 +177,7 @@ def rewrite_merge(
         m["numTargetRowsMatchedDeleted"] = m["numTargetRowsDeleted"]
         m["executionTimeMs"] = m["rewriteTimeMs"] = _now_ms() - started
         _register_metrics(spark, txn, m)
+        crash_point("delta-mirror-rewritten")  # files written, never committed: no reader sees them
         _commit_as_merge(spark, txn, actions, meta)
         rewritten_files = m["numTargetFilesRemoved"]
         result[0] = Rewrite(
