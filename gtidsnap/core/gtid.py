@@ -163,6 +163,10 @@ class GtidSet(ABC):
         copy._hash = hash(tuple(sets.items()))
         return copy
 
+    def count(self) -> int:
+        """How many transactions the set holds (e.g. how far a checkpoint is behind a replica)."""
+        return sum(end - start + 1 for intervals in self._sets.values() for start, end in intervals)
+
     def max_per_source(self) -> Mapping[object, int]:
         """Highest transaction number per source: what a heartbeat is compared against."""
         return {source: intervals[-1][1] for source, intervals in self._sets.items()}

@@ -3,7 +3,45 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+
+from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.model import TableId
+
+# Upper bounds (seconds) of the duration histograms /metrics shows: a JSON-lines commit takes
+# milliseconds, a Delta commit about a second, a MERGE of a big backlog tens of seconds.
+DURATION_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass
+class DurationHistogram:
+    """Durations counted into fixed buckets (cumulative on export), as a Prometheus histogram: plain
+    data, so the engine and the sinks need no metrics library and cost nothing when nobody scrapes."""
+
+    bounds: tuple[float, ...] = DURATION_BUCKETS_S
+    counts: list[int] = field(default_factory=list)  # per bucket, not cumulative; the last is +Inf
+    sum_s: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+        i = next((i for i, bound in enumerate(self.bounds) if seconds <= bound), len(self.bounds))
+        self.counts[i] += 1
+        self.sum_s += seconds
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, count)`` pairs, the last ``+Inf``: what a histogram's ``_bucket`` samples hold."""
+        counts = self.counts or [0] * (len(self.bounds) + 1)
+        total, out = 0, []
+        for bound, n in zip([*map(str, self.bounds), "+Inf"], counts, strict=True):
+            total += n
+            out.append((bound, total))
+        return out
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
 
 
 @dataclass
@@ -35,6 +73,34 @@ class RunStats:
     # With chunk readers (gtidsnap.snapshot.planner): each reader's work, by its process id.
     readers: dict[int, ReaderThroughput] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # snapshots that failed in this run: table -> why
+    # For /metrics (gtidsnap.observe.metrics), counted where it happens, read when scraped:
+    changes: Counter[tuple[TableId, str]] = field(default_factory=Counter)  # (table, op) -> records
+    events: int = 0  # binlog events decoded (heartbeats included)
+    last_event_at: float = field(default_factory=time.monotonic)  # the stream's last event or heartbeat
+    tick_at: float = field(default_factory=time.monotonic)  # the loop's last turn (liveness)
+    source_ts: int = 0  # the source commit time of the last change emitted (epoch seconds)
+    commits: DurationHistogram = field(default_factory=DurationHistogram)  # output commit + checkpoint
+    committed_at: float | None = None  # wall time of the last commit saved with its checkpoint
+    committed_processed: GtidSet | None = None  # the transactions that checkpoint names as processed
+    committed_source_ts: int = 0  # the newest source commit time in the output then
+    committed_freshness_s: float = 0.0  # commit time - newest source time in it, at that commit
+    reader_restarts: int = 0
+    errors: Counter[str] = field(default_factory=Counter)  # kind -> count (snapshot_failed, ...)
+    signals: Counter[str] = field(default_factory=Counter)  # done, ignored, refused -> count
+
+    def signal_outcome(self, outcome: str) -> None:
+        kind = outcome.split(":")[0]
+        self.signals[kind] += 1
+        if kind == "refused":
+            self.errors["signal_refused"] += 1
+
+    def saw_event(self) -> None:
+        self.events += 1
+        self.last_event_at = time.monotonic()
+
+    def saw_change(self, table: TableId, op: str, source_ts: int) -> None:
+        self.changes[table, op] += 1
+        self.source_ts = source_ts
 
     def window_waiting_s(self, now: float | None = None) -> float:
         """How long the open window has been waiting for the stream (0 when none is open)."""

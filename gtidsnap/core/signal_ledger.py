@@ -8,12 +8,15 @@ runner and CLI read.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gtidsnap.core.commands import Command, SignalReceived
 from gtidsnap.core.errors import GtidsnapError, stored_reason
+from gtidsnap.core.notifications import NotificationLog, signal_key
+from gtidsnap.core.plan import SnapshotContext
 
 HISTORY_KEPT = 100  # outcomes kept for `gtidsnap status`
 IDS_KEPT = 1_000  # ids of signals acted on, to ignore a repeat (each at most 128 characters)
@@ -44,6 +47,7 @@ class SignalLedger:
     offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset to read
     ids: list[str] = field(default_factory=list)
     history: list[SignalOutcome] = field(default_factory=list)
+    notes: NotificationLog = field(default_factory=NotificationLog)  # the notifications topic's outbox
 
     def consumed(self, partition: int, offset: int) -> bool:
         """Was this message recorded before (a restart reads from the recorded offsets, so only a
@@ -63,12 +67,19 @@ class SignalLedger:
         self.history.append(outcome)
         del self.history[:-HISTORY_KEPT]
 
-    def act_once(self, signal: SignalReceived, act: Callable[[Command], None]) -> SignalOutcome | None:
-        """Act on ``signal`` unless it repeats an id acted on; record what became of it and return
-        that (None: consumed before a restart, nothing to do). ``act`` raising a GtidsnapError refuses
-        the signal with the error's message."""
+    def act_once(
+        self,
+        signal: SignalReceived,
+        act: Callable[[Command], None],
+        context: Callable[[], SnapshotContext] = SnapshotContext,
+    ) -> SignalOutcome | None:
+        """Act on ``signal`` unless it repeats an id acted on; record what became of it, and its answer
+        on the notifications outbox (``context``: the snapshot context, read around the act), and
+        return that (None: consumed before a restart, nothing to do). ``act`` raising a GtidsnapError
+        refuses the signal with the error's message."""
         if self.consumed(signal.partition, signal.offset):
             return None
+        before = context()
         if signal.error is not None:
             outcome = f"refused: {stored_reason(signal.error)}"
         elif self.repeated(signal.id):
@@ -82,17 +93,28 @@ class SignalLedger:
                 outcome = f"refused: {stored_reason(str(exc))}"
         recorded = SignalOutcome(signal.id, signal.kind, signal.partition, signal.offset, outcome)
         self.record(recorded)
+        key = signal_key(signal.id, signal.partition, signal.offset)
+        self.notes.answer(key, signal.kind, outcome, before, context(), int(time.time() * 1000))
         return recorded
 
+    def checkpointing(self, context: SnapshotContext, delivered: int) -> None:
+        """Before a checkpoint: what the notifications topic has (out of the outbox), and the progress
+        of the snapshots signals started (into it)."""
+        self.notes.delivered(delivered)
+        self.notes.progressed(context, int(time.time() * 1000), time.monotonic())
+
     def copy(self) -> SignalLedger:
-        return SignalLedger(dict(self.offsets), list(self.ids), list(self.history))
+        return SignalLedger(dict(self.offsets), list(self.ids), list(self.history), self.notes.copy())
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
             "ids": list(self.ids),
             "history": [h.to_json() for h in self.history],
         }
+        if self.notes.next_number > 1:  # a checkpoint without notifications reads as it did before them
+            data["notifications"] = self.notes.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> SignalLedger:
@@ -117,4 +139,5 @@ class SignalLedger:
             ]
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"signals.history holds an entry that is not an outcome ({exc})") from None
-        return cls({int(p): o for p, o in offsets.items()}, list(ids), outcomes)
+        notes = NotificationLog.from_json(data.get("notifications", {}))  # absent before notifications
+        return cls({int(p): o for p, o in offsets.items()}, list(ids), outcomes, notes)

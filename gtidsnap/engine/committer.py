@@ -23,6 +23,7 @@ from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.ports import CheckpointedSink, CheckpointPort, SealingSink, Sink, SnapshotAwareSink
 from gtidsnap.core.records import Emitted, Record, emitted_rows
+from gtidsnap.core.run_stats import RunStats
 from gtidsnap.engine.loop_step import EngineSettings, commit_due
 
 
@@ -91,8 +92,9 @@ class Commits:
     batch and the engine's state are taken together at :meth:`commit`, so the checkpoint saved after
     the batch is committed describes exactly what the batch holds, while the engine reads on."""
 
-    def __init__(self, sink: Sink, store: CheckpointPort) -> None:
+    def __init__(self, sink: Sink, store: CheckpointPort, stats: RunStats | None = None) -> None:
         self.sink, self.store = sink, store
+        self.stats = stats or RunStats()  # each commit's duration and freshness, for /metrics
         self._saved = sink.checkpointed if isinstance(sink, CheckpointedSink) else None
         self.uncommitted = 0  # records (and signals) written since the last commit
         self.chunk_rows = 0  # rows of chunks (read as columns or lines) written since the last commit
@@ -128,16 +130,27 @@ class Commits:
         return commit_due(records, settings.batch_rows, busy, since, interval)
 
     def commit(self, state: Checkpoint) -> None:
+        source_ts = self.stats.source_ts  # the newest change in this batch
         if isinstance(self.sink, SnapshotAwareSink):
             self.sink.snapshots_pending(frozenset(t.table for t in state.context.pending()))
         if self._background is not None and isinstance(self.sink, SealingSink):
             self._background.wait()
             job = self.sink.seal()
-            self._background.submit(lambda: commit_then_save(job, state, self.store, self._saved))
+            self._background.submit(lambda: self._timed(job, state, source_ts))
         else:
-            commit_then_save(self.sink.commit, state, self.store, self._saved)
+            self._timed(self.sink.commit, state, source_ts)
         self.uncommitted = self.chunk_rows = 0
         self._last_at = time.monotonic()
+
+    def _timed(self, commit: Callable[[], Any], state: Checkpoint, source_ts: int) -> None:
+        started = time.monotonic()
+        commit_then_save(commit, state, self.store, self._saved)
+        stats, now = self.stats, time.time()
+        stats.commits.observe(time.monotonic() - started)
+        if source_ts != stats.committed_source_ts:  # a batch that carried changes (not an idle commit)
+            stats.committed_freshness_s = max(0.0, now - source_ts)
+        stats.committed_at, stats.committed_source_ts = now, source_ts
+        stats.committed_processed = state.processed
 
     def check(self) -> None:
         """Raise the error of a background commit that failed."""

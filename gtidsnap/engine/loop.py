@@ -1,22 +1,18 @@
 """The engine: one single-threaded loop that streams the binlog and lets snapshot chunks into it.
 
-The loop plans chunk ranges of the table being snapshotted (:mod:`gtidsnap.snapshot.planner`, its
-queries on a thread of their own) and hands them to chunk readers (processes, Spark tasks, or one
-reader on this thread); every binlog event passes the open windows, and a chunk goes out where
-its window closes. The stream is read on a thread of its own while windows are open
-(:mod:`gtidsnap.engine.stream_pump`), so the loop waits for events and finished reads together.
+The loop plans chunk ranges (:mod:`gtidsnap.snapshot.planner`) and hands them to chunk readers; every
+binlog event passes the open windows, and a chunk goes out where its window closes. The stream is read
+on a thread of its own while windows are open (:mod:`gtidsnap.engine.stream_pump`).
 
 Each emitted record gets the next sequence number. Output and checkpoint advance together (sink
 commit, then checkpoint) and only at transaction boundaries, so a kill -9 anywhere resumes from the
 last checkpoint with no loss and no duplicate in the output.
 
 Threads: the loop owns the windows, the snapshot context, the sink's current batch and the sequence
-numbers. A sink that can seal (Delta) hands each batch to one background committer thread
-(:mod:`gtidsnap.engine.committer`), which owns it until its commit and the checkpoint saved right
-after; the loop waits for it before sealing the next one. Other threads (CLI, signal consumer) only
-put commands (:mod:`gtidsnap.core.commands`) on :attr:`Engine.commands`. What the loop does next is
-chosen by :func:`gtidsnap.engine.loop_step.next_step` from plain facts; the planner answers with what
-became of each chunk as plain data; the engine applies those answers to its state.
+numbers; a sealed batch goes to the background committer (:mod:`gtidsnap.engine.committer`) until its
+commit and checkpoint. Other threads only put commands (:mod:`gtidsnap.core.commands`) on
+:attr:`Engine.commands`, or read :attr:`Engine.stats` (/metrics). The next step is chosen by
+:func:`gtidsnap.engine.loop_step.next_step` from plain facts.
 """
 
 from __future__ import annotations
@@ -81,9 +77,6 @@ log = logging.getLogger("gtidsnap.engine.loop")
 TX_BURST = 1000  # events of one transaction read in a row before the loop takes a turn
 
 
-# ----------------------------------------------------------------------------- the loop
-
-
 class Engine:
     """Snapshot + stream, resumable. Build it with adapters, call :meth:`run`."""
 
@@ -111,13 +104,12 @@ class Engine:
         self.on_progress, self.on_started = on_progress, on_started
         self.commands: queue.Queue[Command] = queue.Queue()
         self.stats = RunStats()
-        # shared with the sink when the runner builds both (gtidsnap.core.schema_cache)
+        self.delivered: Callable[[], int] = lambda: 0  # notifications on the topic (the runner's notifier)
         self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
         self._in_tx = self._stop = False
         self._last_chunk_at = 0.0
-        self._commits = Commits(sink, store)
-        # No pool given: one reader on this thread, one chunk at a time (the stream's pump reads on
-        # meanwhile; the loop pauses for one chunk's SELECT at most, its time kept as chunk_pause_s).
+        self._commits = Commits(sink, store, self.stats)
+        # No pool given: one reader on this thread, one chunk at a time (pauses kept as chunk_pause_s).
         self.readers: ChunkReaderPool = readers or InlineChunkReaders(
             replica, readers=1, ranges=1, pauses_s=self.stats.chunk_pause_s
         )
@@ -180,6 +172,7 @@ class Engine:
         pump = PumpedStream(ShapesForgotten(stream, self.schemas))  # pumped while readers work
         try:
             while not self._stop:
+                self.stats.tick_at = time.monotonic()  # liveness (/healthz)
                 self._commits.check()
                 self._drain_commands()
                 if self._stop:
@@ -282,9 +275,10 @@ class Engine:
 
     def _apply_signal(self, signal: SignalReceived) -> None:
         """Act on a signal once; the ledger records what became of it with its offset."""
-        recorded = self.signals.act_once(signal, self._apply)
+        recorded = self.signals.act_once(signal, self._apply, lambda: self.context)
         if recorded is None:
             return  # already consumed before a restart
+        self.stats.signal_outcome(recorded.outcome)
         (log.warning if recorded.outcome.startswith("refused") else log.info)(
             "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, recorded.outcome
         )
@@ -335,12 +329,14 @@ class Engine:
             progress = progress.failed(stored_reason(str(error)))
             log.error("snapshot of %s stopped: %s", progress.table, progress.error)
             self.stats.failed[str(progress.table)] = str(progress.error)
+            self.stats.errors["snapshot_failed"] += 1
         self._report()
         return self.context.update(progress.finished())
 
     # ------------------------------------------------------------------ events and outputs
     def _on_event(self, event: BinlogEvent) -> None:
         assert self._chunks is not None
+        self.stats.saw_event()
         self._emit(self._chunks.feed(event))
         if isinstance(event, TxBegin):
             self._in_tx = True
@@ -377,6 +373,7 @@ class Engine:
 
     def _record_of_change(self, change: RowChange) -> Record:
         self.seq += 1
+        self.stats.saw_change(change.table, change.op, change.source_ts)
         return change_record(change, self.seq - 1)
 
     def _records_of_chunk(self, chunk: ChunkOut) -> list[Emitted]:
@@ -392,12 +389,14 @@ class Engine:
         self.context = self._finish(progress) if chunk.last else self.context.update(progress)
         self.stats.chunks += 1
         self.stats.snapshot_rows += len(rows)
+        self.stats.changes[table, "r"] += len(rows)
         self._report()
         return records
 
     # ------------------------------------------------------------------ commits
     def _commit(self) -> None:
         """Output and checkpoint advance together (:class:`gtidsnap.engine.committer.Commits`)."""
+        self.signals.checkpointing(self.context, self.delivered())  # notifications out, progress in
         state = Checkpoint(self._flavor(), self.processed, self.seq, None, self.context, self.signals.copy())
         self._commits.commit(state)
         self._report()

@@ -333,6 +333,7 @@ class ChunkPlanner:
 
     def _pool_died(self) -> list[Output]:
         self._pool_restarts += 1
+        self.stats.reader_restarts += 1
         if self._pool_restarts > POOL_RESTARTS:
             raise SourceError(
                 f"the chunk readers broke {self._pool_restarts} times in a row (a reader process died, or "

@@ -69,8 +69,7 @@ def _names_and_rows(cur: pymysql.cursors.Cursor) -> tuple[list[str], list[tuple[
 class Replica:
     """A read-only session on the replica; use as a context manager or call :meth:`close`.
 
-    One statement at a time: a lock serialises the session, since threads share it (the engine's loop,
-    the stream pump reading a table's shape, the Delta committer reading one)."""
+    One statement at a time: a lock serialises the session, which threads share (loop, pump, committer)."""
 
     flavor: Flavor
     version: tuple[int, int, int]
@@ -88,8 +87,6 @@ class Replica:
     def twin(self) -> Replica:
         """Another session, for a thread that must not wait on this one's lock (the planning queries)."""
         return Replica(self.settings, self._read_timeout)
-
-    # ------------------------------------------------------------------ connection
 
     def _connect(self) -> pymysql.connections.Connection[Any]:
         where = self.settings.describe()
@@ -170,8 +167,7 @@ class Replica:
 
     @contextmanager
     def _cursor(self, unbuffered: bool = False) -> Iterator[pymysql.cursors.Cursor]:
-        """A cursor; ``unbuffered``: one that reads the rows as they are fetched (the chunk readers hook
-        into its result before that)."""
+        """A cursor; ``unbuffered``: rows read as fetched (the chunk readers hook into its result)."""
         if self._conn is None:
             self._conn = self._connect()
         with self._conn.cursor(pymysql.cursors.SSCursor if unbuffered else None) as cur:
@@ -295,6 +291,10 @@ class Replica:
     def avg_row_length(self, table: TableId) -> int | None:
         """The server's estimate of a row's bytes in ``table`` (:meth:`Catalog.avg_row_length`)."""
         return self._catalog.avg_row_length(table)
+
+    def estimated_rows(self, table: TableId) -> int | None:
+        """The server's estimate of the rows in ``table`` (:meth:`Catalog.estimated_rows`)."""
+        return self._catalog.estimated_rows(table)
 
     def max_key(self, schema: TableSchema, condition: str | None = None) -> tuple[Any, ...] | None:
         """The greatest key as the server returns it (not normalised); None for an empty table."""

@@ -36,6 +36,7 @@ from gtidsnap.config.loading import SinkSettings
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import TableId
+from gtidsnap.core.run_stats import DurationHistogram
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta.catch_up import has_streamed_rows
 from gtidsnap.sinks.delta.change_rows import plan_schema
@@ -108,6 +109,15 @@ class MirrorKeeper:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._error: BaseException | None = None
+        self.merges = DurationHistogram()  # how long each MERGE took (/metrics)
+
+    def mirror_facts(self) -> dict[TableId, tuple[int, float | None]]:
+        """Each mirror's changes waiting for it and since when (monotonic), for /metrics: read without
+        the lock, so a scrape never holds up a write (at worst it reads a number one update old)."""
+        try:
+            return {t: (e.state.waiting_rows, e.state.waiting_since) for t, e in list(self._entries.items())}
+        except RuntimeError:  # changed while read: the next scrape reads it
+            return {}
 
     # ------------------------------------------------------------------ from the sink
     def resume(self, table: TableId, entry: MirrorEntry, batch: int) -> None:
@@ -300,9 +310,12 @@ class MirrorKeeper:
             catch_up, entry.catch_up = entry.catch_up, None
             if catch_up is not None:
                 crash_point("delta-before-catch-up")
+            started = time.monotonic()
             done = self.writer.update(
                 mirror, entry.shape.schema.key, entry.plan, state, batch, merge, self.background, append
             )
+            if done.merged:
+                self.merges.observe(time.monotonic() - started)
             if catch_up is not None:
                 crash_point("delta-after-catch-up")
                 log.info("%s: caught up with its changelog from _seq %s to %d", mirror, *catch_up)
