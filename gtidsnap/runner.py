@@ -26,6 +26,7 @@ from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import EngineSettings
 from gtidsnap.signals.consumer import SignalConsumer
+from gtidsnap.signals.notifier import Notifier, NotifyingStore
 from gtidsnap.sinks import Sink
 from gtidsnap.sinks.jsonl import JsonlSink
 from gtidsnap.snapshot.readers import ProcessChunkReaders
@@ -61,10 +62,12 @@ def build_engine(
     on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
     on_started: Callable[[Engine], None] | None = None,
     spark_factory: Callable[[], SparkSession] | None = None,
+    notifier: Notifier | None = None,
 ) -> Engine:
     """An engine reading ``replica`` and its binlog, writing ``config.sink``, checkpointing to disk.
     ``on_started`` is e.g. a :class:`SignalHook` (:func:`run_engine` adds one when signals are set);
-    ``spark_factory`` replaces the Delta sink's own SparkSession (tests pass theirs)."""
+    ``spark_factory`` replaces the Delta sink's own SparkSession (tests pass theirs); ``notifier``
+    sends the outbox of each checkpoint saved to the notifications topic."""
 
     def open_stream(start: GtidSet, schema_of: Callable[[TableId], TableSchema | None]) -> BinlogStream:
         return BinlogStream(
@@ -77,6 +80,7 @@ def build_engine(
         )
 
     surrogate_keys = dict(config.surrogate_keys)
+    store = CheckpointStore(config.checkpoint_path)
     schemas = SchemaCache(lambda table: replica.schema(table, surrogate_keys.get(table)))
     interval = config.checkpoint_interval_s
     snapshot_interval = None
@@ -87,7 +91,7 @@ def build_engine(
         replica,
         open_stream,
         make_sink(config, schemas.current_or_last, spark_factory),
-        CheckpointStore(config.checkpoint_path),
+        NotifyingStore(store, notifier) if notifier is not None else store,
         EngineSettings(
             chunk_size=config.snapshot.chunk_size,
             chunk_delay_s=config.snapshot.chunk_delay_s,
@@ -103,6 +107,8 @@ def build_engine(
         schemas=schemas,
         readers=chunk_readers(config, spark_factory),
     )
+    if notifier is not None:
+        engine.delivered = lambda: notifier.delivered
     return engine
 
 
@@ -171,6 +177,7 @@ def run_engine(
     unrecorded in the checkpoint, so it is read again next time). ``spark_log``: where Spark's own
     output goes (None: the console)."""
     hook = SignalHook(config.signals) if config.signals.bootstrap else None
+    notifier = _notifier(config.signals)
     spark_factory = None
     if spark_log is not None and (config.sink.type == "delta" or config.snapshot.reader_pool == "spark"):
         from gtidsnap.spark_session import build_spark_session
@@ -187,13 +194,59 @@ def run_engine(
         if hook is not None:
             hook(engine)
 
-    engine = build_engine(config, replica, on_progress, on_started=started, spark_factory=spark_factory)
+    engine = build_engine(config, replica, on_progress, started, spark_factory, notifier)
+    monitoring = Monitoring(config, replica, engine) if config.metrics.listen else None
     try:
         return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
     finally:
         gc.unfreeze()  # a process that runs engines again (tests, an embedding) frees what a run held
         if hook is not None:
             hook.stop()
+        if monitoring is not None:
+            monitoring.stop()
+        if notifier is not None:
+            notifier.stop()  # what the last checkpoint holds goes out
+
+
+def _notifier(signals: SignalSettings) -> Notifier | None:
+    """The notifications topic's producer, started (its topic made and read back), or None."""
+    if not signals.notifications_topic:
+        return None
+    if not signals.bootstrap:
+        raise ConfigError(
+            f"signals.notifications_topic = {signals.notifications_topic!r} needs signals.bootstrap (the "
+            "Kafka brokers it is on)"
+        )
+    return Notifier(signals).start()
+
+
+class Monitoring:
+    """``[metrics] listen``: the replica probe and the HTTP endpoint of one run."""
+
+    def __init__(self, config: Config, replica: Replica, engine: Engine) -> None:
+        from gtidsnap.observe.metrics import RunView  # prometheus_client only when asked for
+        from gtidsnap.observe.probe import ReplicaProbe
+        from gtidsnap.observe.server import MonitoringServer
+
+        def tables() -> list[TableId]:
+            context = getattr(engine, "context", None)
+            return [t.table for t in context.pending()] if context is not None else []
+
+        settings = config.metrics
+        self.probe = ReplicaProbe(
+            config.source, settings.probe_interval_s, lambda: engine.stats.committed_processed, tables
+        )
+        where = f"{config.source.host}:{config.source.port}"
+        view = RunView(
+            engine, self.probe, where, str(replica.flavor), settings.stall_after_s, config.heartbeat_s
+        )
+        self.server = MonitoringServer(settings.listen, view)
+        self.probe.start()
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.probe.stop()
 
 
 def read_checkpoint(config: Config) -> Checkpoint | None:

@@ -10,6 +10,7 @@ naming it; ``--verbose`` (anywhere on the command line) shows the traceback inst
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -26,6 +27,7 @@ from rich.text import Text
 from gtidsnap.cli.output import EscapedLog, err, error_line, out, printable, say
 from gtidsnap.cli.snapshot_commands import snapshot_app
 from gtidsnap.config.loading import Config, load_config, parse_table_name
+from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.errors import GtidsnapError, PrerequisiteError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext, TableProgress
@@ -229,6 +231,10 @@ def run(
         typer.Option(help="Kafka HOST:PORT of the signal topic; enables signals (signals.bootstrap)."),
     ] = None,
     signals_topic: Annotated[str | None, typer.Option(help="Signal topic (signals.topic).")] = None,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT serving /metrics, /healthz, /readyz (metrics.listen; default: none)."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Stream the replica's binlog, snapshotting the tables asked for, with exact resume after a crash."""
@@ -249,6 +255,7 @@ def run(
             "checkpoint.path": str(checkpoint) if checkpoint else None,
             "signals.bootstrap": signals_bootstrap,
             "signals.topic": signals_topic,
+            "metrics.listen": metrics_listen,
         },
     )
     tables = _tables(snapshot or [], "--snapshot")
@@ -289,7 +296,13 @@ def run(
 
 
 @app.command()
-def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
+def status(
+    config: ConfigOpt = None,
+    checkpoint: CheckpointOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The same facts as one JSON object on stdout, for scripts.")
+    ] = False,
+) -> None:
     """Show progress from the checkpoint (no connection to the replica needed)."""
     from gtidsnap.runner import read_checkpoint
 
@@ -298,6 +311,9 @@ def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
         cp = read_checkpoint(cfg)
     except GtidsnapError as exc:
         _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(status_json(cfg.checkpoint_path, cp), indent=2))
+        return
     if cp is None:
         say(out, f"no checkpoint at {cfg.checkpoint_path}: gtidsnap has not run with this config yet")
         return
@@ -319,6 +335,35 @@ def status(config: ConfigOpt = None, checkpoint: CheckpointOpt = None) -> None:
             fields = (h.id or "-", h.type, str(h.offset), h.outcome)
             signals.add_row(*(Text(printable(c)) for c in fields))
         out.print(signals)
+
+
+def status_json(path: Path, cp: Checkpoint | None) -> dict[str, Any]:
+    """``status --json``: what the tables show, as plain JSON (``checkpoint`` null before a first run)."""
+    if cp is None:
+        return {"checkpoint": str(path), "exists": False}
+    snapshots = [
+        {
+            "table": str(t.table),
+            "state": "error" if t.error else "done" if t.done else "reading" if t.started else "queued",
+            "chunks": t.chunks,
+            "rows": t.rows,
+            "last_key": [str(v) for v in t.last_key] if t.last_key else None,
+            "condition": t.condition,
+            "error": t.error,
+        }
+        for t in cp.context.tables
+    ]
+    return {
+        "checkpoint": str(path),
+        "exists": True,
+        "flavor": cp.flavor,
+        "records_emitted": cp.next_seq - 1,
+        "processed": str(cp.processed),
+        "paused": cp.context.paused,
+        "snapshots": snapshots,
+        "signals": [h.to_json() for h in cp.signals.history],
+        "notifications_waiting": len(cp.signals.notes.outbox),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,9 +15,11 @@ from typing import Annotated, NoReturn
 import typer
 
 from gtidsnap.cli.output import err, error_line, say
-from gtidsnap.config.loading import load_config
+from gtidsnap.config.loading import SignalSettings, load_config
 from gtidsnap.core.errors import GtidsnapError, SignalError
+from gtidsnap.core.notifications import FAILED, IGNORED, REFUSED, TABLE_SCAN_COMPLETED
 from gtidsnap.signals.kafka import send_signal
+from gtidsnap.signals.notifier import end_offsets, follow
 from gtidsnap.signals.protocol import build_message
 
 snapshot_app = typer.Typer(
@@ -43,6 +45,14 @@ TopicOpt = Annotated[str | None, typer.Option("--topic", help="Signal topic (sig
 ConnectorOpt = Annotated[
     str | None, typer.Option("--connector", help="Message key, the instance's name (signals.connector).")
 ]
+WaitOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--wait",
+        help="Wait up to this many seconds for the signal's notifications (signals.notifications_topic) and "
+        "print each as a JSON line: until COMPLETED for start, the answer for the others.",
+    ),
+]
 
 
 def _send(
@@ -55,6 +65,7 @@ def _send(
     bootstrap: str | None,
     topic: str | None,
     connector: str | None,
+    wait_s: float | None = None,
 ) -> None:
     parsed: dict[str, str] = {}
     for item in filters:
@@ -80,6 +91,9 @@ def _send(
                 "signals.connector": connector,
             },
         )
+        if wait_s is not None and not cfg.signals.notifications_topic:
+            _fail("--wait needs signals.notifications_topic (the topic gtidsnap answers signals on)", 2)
+        start = end_offsets(cfg.signals) if wait_s is not None else {}
         send_signal(cfg.signals, message)
     except GtidsnapError as exc:
         _fail(str(exc), 1)
@@ -88,6 +102,30 @@ def _send(
         f"sent {message['type']} id={message['id']} to {cfg.signals.topic} on {cfg.signals.bootstrap} "
         f"(key {cfg.signals.connector})",
     )
+    if wait_s is not None:
+        _wait(cfg.signals, str(message["id"]), str(message["type"]), start, wait_s)
+
+
+def _wait(settings: SignalSettings, signal_id: str, kind: str, start: dict[int, int], wait_s: float) -> None:
+    """Print the signal's notifications; exit 2 when refused, 3 when a table's snapshot failed, 1 when
+    the last one does not come within ``wait_s``."""
+    failed = False
+    try:
+        for note in follow(settings, signal_id, start, kind, wait_s):
+            typer.echo(json.dumps(note))
+            data = note.get("additionalData", {})
+            failed = failed or (note.get("type") == TABLE_SCAN_COMPLETED and data.get("status") == FAILED)
+            if note.get("type") in (REFUSED, IGNORED):
+                _fail(f"gtidsnap answered {note['type']}: {data.get('reason', '')}", 2)
+    except TimeoutError as exc:
+        _fail(
+            f"{exc}: is gtidsnap running with signals.notifications_topic = {settings.notifications_topic}?",
+            1,
+        )
+    except GtidsnapError as exc:
+        _fail(str(exc), 1)
+    if failed:
+        _fail("a table's snapshot failed (see its TABLE_SCAN_COMPLETED above)", 3)
 
 
 def _fail(text: str, code: int) -> NoReturn:
@@ -110,9 +148,10 @@ def start(
     bootstrap: BootstrapOpt = None,
     topic: TopicOpt = None,
     connector: ConnectorOpt = None,
+    wait_s: WaitOpt = None,
 ) -> None:
     """Snapshot these tables (execute-snapshot); a snapshot already running is not restarted."""
-    _send("start", tables, filter_ or [], signal_id, print_only, config, bootstrap, topic, connector)
+    _send("start", tables, filter_ or [], signal_id, print_only, config, bootstrap, topic, connector, wait_s)
 
 
 @snapshot_app.command()
@@ -126,9 +165,10 @@ def stop(
     bootstrap: BootstrapOpt = None,
     topic: TopicOpt = None,
     connector: ConnectorOpt = None,
+    wait_s: WaitOpt = None,
 ) -> None:
     """Stop snapshots (stop-snapshot): rows already read stay in the output; streaming goes on."""
-    _send("stop", tables or [], [], signal_id, print_only, config, bootstrap, topic, connector)
+    _send("stop", tables or [], [], signal_id, print_only, config, bootstrap, topic, connector, wait_s)
 
 
 @snapshot_app.command()
@@ -139,9 +179,10 @@ def pause(
     bootstrap: BootstrapOpt = None,
     topic: TopicOpt = None,
     connector: ConnectorOpt = None,
+    wait_s: WaitOpt = None,
 ) -> None:
     """Pause every snapshot (pause-snapshot); streaming goes on."""
-    _send("pause", [], [], signal_id, print_only, config, bootstrap, topic, connector)
+    _send("pause", [], [], signal_id, print_only, config, bootstrap, topic, connector, wait_s)
 
 
 @snapshot_app.command()
@@ -152,6 +193,7 @@ def resume(
     bootstrap: BootstrapOpt = None,
     topic: TopicOpt = None,
     connector: ConnectorOpt = None,
+    wait_s: WaitOpt = None,
 ) -> None:
     """Resume paused snapshots (resume-snapshot)."""
-    _send("resume", [], [], signal_id, print_only, config, bootstrap, topic, connector)
+    _send("resume", [], [], signal_id, print_only, config, bootstrap, topic, connector, wait_s)

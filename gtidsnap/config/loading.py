@@ -38,6 +38,10 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     bootstrap = "127.0.0.1:9092"
     topic = "gtidsnap-signals"
     connector = "gtidsnap"            # the message key this instance answers to
+    notifications_topic = ""          # answers to each signal, with its id (empty: none)
+
+    [metrics]                         # optional: /metrics, /healthz, /readyz over HTTP
+    listen = "127.0.0.1:9108"         # empty (the default): no endpoint
 
 Each setting is defined once, in the section models of :mod:`gtidsnap.config.settings` (pydantic, strict):
 its type, default, constraint and description. A value of the wrong type is refused, never coerced
@@ -66,6 +70,7 @@ from gtidsnap.config.settings import (
     PASSWORD_ENV,
     SECTIONS,
     CaptureSection,
+    MetricsSection,
     Settings,
     SignalSettings,
     SinkSettings,
@@ -127,6 +132,7 @@ class Config:
     checkpoint_path: Path = Path(DEFAULT_SETTINGS.checkpoint.path)
     checkpoint_interval_s: float = DEFAULT_SETTINGS.checkpoint.interval_s
     signals: SignalSettings = DEFAULT_SETTINGS.signals
+    metrics: MetricsSection = DEFAULT_SETTINGS.metrics
 
 
 def load_config(
@@ -212,6 +218,7 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         checkpoint_path=Path(settings.checkpoint.path),
         checkpoint_interval_s=settings.checkpoint.interval_s,
         signals=settings.signals,
+        metrics=settings.metrics,
     )
 
 

@@ -320,6 +320,34 @@ class SignalSettings(_Section):
         default="gtidsnap", min_length=1, description="only messages whose key equals this are for us"
     )
     group: str = Field(default="", description="consumer group id (empty: gtidsnap-<connector>)")
+    notifications_topic: str = Field(
+        default="",
+        description="topic answering each signal (STARTED, IN_PROGRESS, ..., with its id; empty: none)",
+    )
+
+
+def _listen_address(value: str) -> str:
+    """``HOST:PORT`` (an IPv6 host in brackets), or empty: a bare port would be taken for a host name."""
+    if not value:
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9108)")
+    return value
+
+
+class MetricsSection(_Section):
+    """``[metrics]``: the HTTP endpoint with /metrics (Prometheus), /healthz and /readyz; off by default."""
+
+    listen: Annotated[str, AfterValidator(_listen_address)] = Field(
+        default="", description="HOST:PORT to serve on, e.g. 127.0.0.1:9108 (empty: no endpoint)"
+    )
+    stall_after_s: float = Field(
+        default=60.0, gt=0, description="/healthz fails when the engine's loop has not turned this long"
+    )
+    probe_interval_s: float = Field(
+        default=5.0, gt=0, description="seconds between the replica probes behind lag and /readyz"
+    )
 
 
 class Settings(_Section):
@@ -332,6 +360,7 @@ class Settings(_Section):
     sink: SinkSettings = Field(default_factory=SinkSettings, description="the output")
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection, description="progress")
     signals: SignalSettings = Field(default_factory=SignalSettings, description="Kafka signals")
+    metrics: MetricsSection = Field(default_factory=MetricsSection, description="monitoring endpoint")
 
 
 def _sections() -> dict[str, type[_Section]]:

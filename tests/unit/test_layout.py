@@ -19,14 +19,26 @@ LONGER = {"gtidsnap/core/gtid.py"}
 FLAT_AT_MOST = 6
 # folder -> folders of gtidsnap it must never import
 FORBIDDEN = {
-    "core": {"source", "snapshot", "engine", "signals", "filters", "config", "cli", "sinks", "runner"},
-    "filters": {"source", "snapshot", "engine", "signals", "config", "cli", "sinks", "runner"},
-    "source": {"engine", "cli", "runner", "snapshot", "sinks", "signals"},
-    "snapshot": {"engine", "cli", "runner", "sinks", "signals"},
-    "sinks": {"engine", "cli", "runner", "snapshot", "signals"},
-    "signals": {"engine", "cli", "runner", "snapshot", "sinks"},
-    "config": {"engine", "cli", "runner", "snapshot", "sinks", "signals"},
-    "engine": {"cli", "runner"},
+    "core": {
+        "source",
+        "snapshot",
+        "engine",
+        "signals",
+        "filters",
+        "config",
+        "cli",
+        "sinks",
+        "runner",
+        "observe",
+    },
+    "filters": {"source", "snapshot", "engine", "signals", "config", "cli", "sinks", "runner", "observe"},
+    "source": {"engine", "cli", "runner", "snapshot", "sinks", "signals", "observe"},
+    "snapshot": {"engine", "cli", "runner", "sinks", "signals", "observe"},
+    "sinks": {"engine", "cli", "runner", "snapshot", "signals", "observe"},
+    "signals": {"engine", "cli", "runner", "snapshot", "sinks", "observe"},
+    "config": {"engine", "cli", "runner", "snapshot", "sinks", "signals", "observe"},
+    "engine": {"cli", "runner", "observe"},
+    "observe": {"cli", "runner"},
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from typer.testing import CliRunner
 from gtidsnap import runner
 from gtidsnap.cli import app as cli
 from gtidsnap.config.loading import Config
+from gtidsnap.core.commands import PauseSnapshots, ResumeSnapshots, SignalReceived
 from gtidsnap.core.errors import (
     ConfigError,
     FatalSourceError,
@@ -20,7 +23,11 @@ from gtidsnap.core.errors import (
     SourceError,
 )
 from gtidsnap.core.run_stats import RunStats
+from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.engine.loop import Engine
+from gtidsnap.sinks.jsonl import JsonlSink
 from gtidsnap.source import replica
+from tests.fakes import FakeReplica, FakeStream, T, World
 
 
 def boom(args: list[str]) -> None:
@@ -151,3 +158,32 @@ def test_a_run_without_failures_ends_with_exit_0(monkeypatch: pytest.MonkeyPatch
         cli.app, ["run", "--checkpoint", str(tmp_path / "cp.json"), "--until-caught-up"]
     )
     assert result.exit_code == 0 and "error" not in result.output, result.output
+
+
+def test_status_json_has_the_facts_of_the_tables(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    world = World(random.Random(5), rows=12, writes=4)
+    engine = Engine(
+        FakeReplica(world),
+        lambda start, schema_of: FakeStream(world, start),
+        JsonlSink(tmp_path / "out.jsonl"),
+        CheckpointStore(tmp_path / "checkpoint.json"),
+        captured=[T],
+    )
+    engine.commands.put(SignalReceived(0, 0, "p1", "pause-snapshot", PauseSnapshots()))
+    engine.commands.put(SignalReceived(0, 1, "r1", "resume-snapshot", ResumeSnapshots()))
+    engine.run(snapshot=[T], until_caught_up=True)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["status", "--json", "--checkpoint", str(tmp_path / "checkpoint.json")])
+    assert done.value.code == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["exists"] is True and status["flavor"] == "mysql" and status["paused"] is False
+    assert status["records_emitted"] == engine.seq - 1 and status["processed"] == str(engine.processed)
+    assert status["snapshots"] == [
+        {"table": str(T), "state": "done", "chunks": engine.stats.chunks, "rows": 12,
+         "last_key": status["snapshots"][0]["last_key"], "condition": None, "error": None}
+    ]  # fmt: skip
+    assert [(s["id"], s["outcome"]) for s in status["signals"]] == [("p1", "done"), ("r1", "done")]
+    assert status["notifications_waiting"] == 2, "PAUSED and RESUMED wait for a notifications topic"
+    with pytest.raises(SystemExit):
+        cli.main(["status", "--json", "--checkpoint", str(tmp_path / "none.json")])
+    assert json.loads(capsys.readouterr().out) == {"checkpoint": str(tmp_path / "none.json"), "exists": False}

@@ -1,0 +1,101 @@
+"""The replica asked from outside the engine, every few seconds, on a connection of its own: how far it
+has executed (so: how many transactions the checkpoint is behind, and the lag), the row estimates of
+the tables being snapshotted (progress, ETA), and whether it answers at all (/readyz)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.model import TableId
+from gtidsnap.source.connection import ConnectionSettings
+from gtidsnap.source.replica import Replica
+
+log = logging.getLogger("gtidsnap.observe.probe")
+PROBE_TIMEOUT_S = 5.0  # a stopped server fails a probe within this (connect and each read)
+
+
+@dataclass(frozen=True)
+class ProbeFacts:
+    """The last probe's answers (``checked_at``: monotonic; ``error``: why it failed, None if it did not)."""
+
+    checked_at: float | None = None
+    error: str | None = "not probed yet"
+    behind: int | None = None  # transactions executed by the replica that the checkpoint does not hold
+    caught_up_at: float | None = None  # wall time of the last probe that found nothing behind
+    estimates: Mapping[TableId, int] = field(default_factory=dict)
+
+
+class ReplicaProbe:
+    """A daemon thread probing the replica every ``interval_s``; :attr:`facts` is always the latest.
+    ``position``: the checkpoint's processed set (None before the first); ``tables``: whose row
+    estimates to read (the tables being snapshotted)."""
+
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        interval_s: float,
+        position: Callable[[], GtidSet | None],
+        tables: Callable[[], Iterable[TableId]],
+    ) -> None:
+        self.settings = replace(settings, connect_timeout=min(settings.connect_timeout, PROBE_TIMEOUT_S))
+        self.interval_s, self.position, self.tables = interval_s, position, tables
+        self.facts = ProbeFacts()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gtidsnap-probe", daemon=True)
+        self._replica: Replica | None = None
+        self.failures = 0  # probes that failed (/metrics: gtidsnap_errors_total{kind="replica_probe"})
+
+    def start(self) -> ReplicaProbe:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * PROBE_TIMEOUT_S)
+        self._close()
+
+    def probe(self) -> ProbeFacts:
+        """One probe now (the thread calls it; tests may)."""
+        try:
+            if self._replica is None:
+                self._replica = Replica(self.settings, read_timeout=PROBE_TIMEOUT_S)
+            executed = self._replica.executed()
+            estimates = {}
+            for table in self.tables():
+                rows = self._replica.estimated_rows(table)
+                if rows is not None:
+                    estimates[table] = rows
+        except Exception as exc:  # any failure is the answer: the replica is not reachable
+            self._close()
+            self.failures += 1
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            if self.facts.error is None or self.facts.checked_at is None:  # said once per outage
+                log.warning("the replica probe failed: %s", text)
+            self.facts = replace(self.facts, checked_at=time.monotonic(), error=text)
+            return self.facts
+        position = self.position()
+        behind = (
+            (executed - position).count()
+            if position is not None and type(position) is type(executed)
+            else None
+        )
+        caught_up_at = time.time() if behind == 0 else self.facts.caught_up_at
+        self.facts = ProbeFacts(time.monotonic(), None, behind, caught_up_at, estimates)
+        return self.facts
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.probe()
+            self._stop.wait(self.interval_s)
+
+    def _close(self) -> None:
+        replica, self._replica = self._replica, None
+        if replica is not None:
+            with contextlib.suppress(Exception):  # closing a dead connection: nothing to tell
+                replica.close()

@@ -1,0 +1,153 @@
+"""/metrics from a real engine's counters (observe/metrics), and the HTTP endpoint (observe/server)."""
+
+from __future__ import annotations
+
+import random
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
+
+from gtidsnap.core.run_stats import DurationHistogram
+from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.engine.loop import Engine
+from gtidsnap.observe.metrics import METRIC_SAMPLE_NAMES, RunView
+from gtidsnap.observe.probe import ProbeFacts
+from gtidsnap.observe.server import MonitoringServer
+from gtidsnap.sinks.jsonl import JsonlSink
+from tests.fakes import FakeReplica, FakeStream, T, World
+
+
+def finished_engine(tmp: Path, rows: int = 40, writes: int = 30) -> Engine:
+    world = World(random.Random(3), rows=rows, writes=writes)
+    engine = Engine(
+        FakeReplica(world),
+        lambda start, schema_of: FakeStream(world, start),
+        JsonlSink(tmp / "out.jsonl"),
+        CheckpointStore(tmp / "checkpoint.json"),
+        captured=[T],
+    )
+    engine.run(snapshot=[T], until_caught_up=True)
+    return engine
+
+
+def view_of(engine: Engine, facts: ProbeFacts) -> RunView:
+    probe: Any = SimpleNamespace(facts=facts, failures=2)
+    return RunView(engine, probe, "127.0.0.1:3306", "mysql", stall_after_s=60.0, heartbeat_s=1.0)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def scrape(server: MonitoringServer, path: str, accept: str = "") -> tuple[int, str, str]:
+    request = urllib.request.Request(f"http://{server.address}{path}", headers={"Accept": accept})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.headers["Content-Type"], answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_the_metrics_say_what_the_engine_did(tmp_path: Path) -> None:
+    engine = finished_engine(tmp_path)
+    facts = ProbeFacts(time.monotonic(), None, 0, time.time(), {T: 35})
+    server = MonitoringServer("127.0.0.1:0", view_of(engine, facts)).start()
+    try:
+        status, kind, text = scrape(server, "/metrics")
+    finally:
+        server.stop()
+    assert status == 200 and kind.startswith("text/plain")
+    got = samples(text)
+    names = {name for name, _ in got}
+    assert names <= METRIC_SAMPLE_NAMES, (
+        f"samples not listed for docs/monitoring: {names - METRIC_SAMPLE_NAMES}"
+    )
+    stats = engine.stats
+    table = str(T)
+    assert got["gtidsnap_records_total", (("op", "r"), ("table", table))] == stats.snapshot_rows == 40
+    streamed = sum(v for (name, labels), v in got.items() if name == "gtidsnap_records_total") - 40
+    assert streamed == sum(n for (_, op), n in stats.changes.items() if op != "r") > 0
+    assert got["gtidsnap_snapshot_rows", (("table", table),)] == 40
+    assert got["gtidsnap_snapshot_rows_estimated", (("table", table),)] == 40, "never below the rows read"
+    assert got["gtidsnap_snapshot_tables", (("state", "done"),)] == 1
+    assert got["gtidsnap_snapshot_chunks_total", ()] == stats.chunks > 0
+    assert got["gtidsnap_stream_events_total", ()] == stats.events > 0
+    assert (
+        got["gtidsnap_source_lag_seconds", ()] == 0.0 and got["gtidsnap_source_transactions_behind", ()] == 0
+    )
+    assert got["gtidsnap_batch_commit_duration_seconds_count", ()] == stats.commits.count > 0
+    assert got["gtidsnap_errors_total", (("kind", "replica_probe"),)] == 2
+    assert got["gtidsnap_replica_info", (("flavor", "mysql"), ("replica", "127.0.0.1:3306"))] == 1
+    assert 0 <= got["gtidsnap_checkpoint_age_seconds", ()] < 60
+
+
+def test_lag_is_the_newest_committed_source_time_while_behind(tmp_path: Path) -> None:
+    engine = finished_engine(tmp_path, rows=4, writes=0)
+    now = time.time()
+    engine.stats.committed_source_ts = int(now) - 30
+    behind = view_of(engine, ProbeFacts(time.monotonic(), None, 5, now - 600, {}))
+    assert 29 <= (behind.lag_s() or 0) <= 32
+    recently_caught_up = view_of(engine, ProbeFacts(time.monotonic(), None, 5, now - 2, {}))
+    assert 1.5 <= (recently_caught_up.lag_s() or 0) <= 4, "changes of tables not captured are no lag"
+    assert view_of(engine, ProbeFacts(time.monotonic(), None, None, None, {})).lag_s() is None
+
+
+def test_openmetrics_on_request_health_and_readiness(tmp_path: Path) -> None:
+    engine = finished_engine(tmp_path, rows=4, writes=0)
+    facts = ProbeFacts(time.monotonic(), None, 0, time.time(), {})
+    view = view_of(engine, facts)
+    server = MonitoringServer("127.0.0.1:0", view).start()
+    try:
+        status, kind, text = scrape(server, "/metrics", "application/openmetrics-text; version=1.0.0")
+        assert status == 200 and kind.startswith("application/openmetrics-text")
+        assert any(f.name == "gtidsnap_records" for f in openmetrics_families(text))
+        engine.stats.tick_at = engine.stats.last_event_at = time.monotonic()
+        assert scrape(server, "/healthz")[::2] == (200, "ok\n")
+        assert scrape(server, "/readyz")[::2] == (200, "ok\n")
+        engine.stats.tick_at = time.monotonic() - 120
+        status, _, body = scrape(server, "/healthz")
+        assert status == 503 and "has not turned for 120 s" in body
+        engine.stats.tick_at = time.monotonic()
+        view.probe = SimpleNamespace(
+            facts=ProbeFacts(time.monotonic(), "Connection refused", None), failures=3
+        )  # type: ignore[assignment]
+        status, _, body = scrape(server, "/readyz")
+        assert status == 503 and "the replica does not answer: Connection refused" in body
+        assert scrape(server, "/healthz")[0] == 200, "a replica away is no reason to restart gtidsnap"
+        assert scrape(server, "/nope")[0] == 404
+    finally:
+        server.stop()
+
+
+def test_a_port_taken_is_a_clear_error(tmp_path: Path) -> None:
+    engine = finished_engine(tmp_path, rows=1, writes=0)
+    view = view_of(engine, ProbeFacts())
+    first = MonitoringServer("127.0.0.1:0", view).start()
+    try:
+        try:
+            MonitoringServer(first.address, view)
+        except Exception as exc:
+            assert f"metrics.listen = '{first.address}': cannot serve there" in str(exc)
+        else:
+            raise AssertionError("a second server on a taken port")
+    finally:
+        first.stop()
+
+
+def test_duration_histogram_buckets_are_cumulative() -> None:
+    durations = DurationHistogram(bounds=(0.1, 1.0))
+    for seconds in (0.05, 0.1, 0.5, 3.0):
+        durations.observe(seconds)
+    assert durations.cumulative() == [("0.1", 2), ("1.0", 3), ("+Inf", 4)]
+    assert durations.count == 4 and abs(durations.sum_s - 3.65) < 1e-9
+    assert DurationHistogram(bounds=(1.0,)).cumulative() == [("1.0", 0), ("+Inf", 0)]
