@@ -66,7 +66,7 @@ class ReplicaProbe:
             if self._replica is None:
                 self._replica = Replica(self.settings, read_timeout=PROBE_TIMEOUT_S)
             executed = self._replica.executed()
-            estimates = {}
+            estimates = dict(self.facts.estimates)  # a finished snapshot keeps its last estimate
             for table in self.tables():
                 rows = self._replica.estimated_rows(table)
                 if rows is not None:
