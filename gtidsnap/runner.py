@@ -194,9 +194,10 @@ def run_engine(
         if hook is not None:
             hook(engine)
 
-    engine = build_engine(config, replica, on_progress, started, spark_factory, notifier)
-    monitoring = Monitoring(config, replica, engine) if config.metrics.listen else None
+    monitoring: Monitoring | None = None
     try:
+        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier)
+        monitoring = Monitoring(config, replica, engine) if config.metrics.listen else None
         return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
     finally:
         gc.unfreeze()  # a process that runs engines again (tests, an embedding) frees what a run held
@@ -233,8 +234,13 @@ class Monitoring:
             return [t.table for t in context.pending()] if context is not None else []
 
         settings = config.metrics
+        stats = engine.stats
         self.probe = ReplicaProbe(
-            config.source, settings.probe_interval_s, lambda: engine.stats.committed_processed, tables
+            config.source,
+            settings.probe_interval_s,
+            lambda: stats.committed_processed,
+            tables,
+            lambda: stats.events,
         )
         where = f"{config.source.host}:{config.source.port}"
         view = RunView(

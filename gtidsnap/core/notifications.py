@@ -31,7 +31,7 @@ ANSWERS = {
     "resume-snapshot": RESUMED,
 }
 PROGRESS_EVERY_S = 5.0  # IN_PROGRESS of one table at most this often
-OUTBOX_KEPT = 10_000  # undelivered notifications kept (a broker down for long): progress goes first
+OUTBOX_KEPT = 1_000  # undelivered ones kept in the checkpoint (a broker down for long): progress goes first
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ from gtidsnap.snapshot.windows import ChunkOut
 
 log = logging.getLogger("gtidsnap.engine.loop")
 TX_BURST = 1000  # events of one transaction read in a row before the loop takes a turn
+ALL = 2**62  # "every notification is delivered": without a notifications topic the outbox stays empty
 
 
 class Engine:
@@ -104,7 +105,7 @@ class Engine:
         self.on_progress, self.on_started = on_progress, on_started
         self.commands: queue.Queue[Command] = queue.Queue()
         self.stats = RunStats()
-        self.delivered: Callable[[], int] = lambda: 0  # notifications on the topic (the runner's notifier)
+        self.delivered: Callable[[], int] = lambda: ALL  # notifications on their topic (none: no outbox)
         self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
         self._in_tx = self._stop = False
         self._last_chunk_at = 0.0
@@ -336,7 +337,7 @@ class Engine:
     # ------------------------------------------------------------------ events and outputs
     def _on_event(self, event: BinlogEvent) -> None:
         assert self._chunks is not None
-        self.stats.saw_event()
+        self.stats.events += 1
         self._emit(self._chunks.feed(event))
         if isinstance(event, TxBegin):
             self._in_tx = True
@@ -373,7 +374,7 @@ class Engine:
 
     def _record_of_change(self, change: RowChange) -> Record:
         self.seq += 1
-        self.stats.saw_change(change.table, change.op, change.source_ts)
+        self.stats.saw_change(change)
         return change_record(change, self.seq - 1)
 
     def _records_of_chunk(self, chunk: ChunkOut) -> list[Emitted]:
@@ -389,7 +390,7 @@ class Engine:
         self.context = self._finish(progress) if chunk.last else self.context.update(progress)
         self.stats.chunks += 1
         self.stats.snapshot_rows += len(rows)
-        self.stats.changes[table, "r"] += len(rows)
+        self.stats.saw_rows(table, len(rows))
         self._report()
         return records
 

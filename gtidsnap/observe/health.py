@@ -21,7 +21,7 @@ class HealthFacts:
     tick_at: float  # the loop's last turn
     stall_after_s: float
     replica_error: str | None  # the last probe's error (None: it answered)
-    last_event_at: float  # the stream's last event or heartbeat
+    last_event_at: float  # when the stream was last seen delivering (events or heartbeats)
     heartbeat_s: float
     checkpoint_age_s: float | None  # since the last checkpoint was saved (None: none yet this run)
     behind: int | None  # transactions the replica executed that no checkpoint holds (None: unknown)

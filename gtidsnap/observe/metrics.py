@@ -80,7 +80,7 @@ class RunView:
             tick_at=stats.tick_at,
             stall_after_s=self.stall_after_s,
             replica_error=facts.error,
-            last_event_at=stats.last_event_at,
+            last_event_at=facts.stream_seen_at,
             heartbeat_s=self.heartbeat_s,
             checkpoint_age_s=age,
             behind=facts.behind,
@@ -125,8 +125,8 @@ class RunCollector(Collector):
             )
         yield _counter("gtidsnap_stream_events", "Binlog events decoded (heartbeats included)", stats.events)
         records = CounterMetricFamily("gtidsnap_records", "Records emitted", labels=["table", "op"])
-        for (table, op), n in sorted(dict.copy(stats.changes).items(), key=lambda i: (str(i[0][0]), i[0][1])):
-            records.add_metric([str(table), op], n)
+        for (schema, table, op), n in sorted(dict.copy(stats.changes).items()):
+            records.add_metric([f"{schema}.{table}", op], n)
         yield records
         yield from self._snapshot(stats, facts.estimates)
         yield from self._readers(stats)

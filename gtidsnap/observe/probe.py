@@ -29,6 +29,7 @@ class ProbeFacts:
     behind: int | None = None  # transactions executed by the replica that the checkpoint does not hold
     caught_up_at: float | None = None  # wall time of the last probe that found nothing behind
     estimates: Mapping[TableId, int] = field(default_factory=dict)
+    stream_seen_at: float = field(default_factory=time.monotonic)  # the stream's events last moved
 
 
 class ReplicaProbe:
@@ -42,9 +43,13 @@ class ReplicaProbe:
         interval_s: float,
         position: Callable[[], GtidSet | None],
         tables: Callable[[], Iterable[TableId]],
+        events: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``events``: the stream's events so far (heartbeats included); each probe notes whether they
+        moved, so /readyz can tell a stream that delivers from one that does not, at no cost a row."""
         self.settings = replace(settings, connect_timeout=min(settings.connect_timeout, PROBE_TIMEOUT_S))
-        self.interval_s, self.position, self.tables = interval_s, position, tables
+        self.interval_s, self.position, self.tables, self.events = interval_s, position, tables, events
+        self._events = -1
         self.facts = ProbeFacts()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gtidsnap-probe", daemon=True)
@@ -62,6 +67,10 @@ class ReplicaProbe:
 
     def probe(self) -> ProbeFacts:
         """One probe now (the thread calls it; tests may)."""
+        events, seen_at = self.events(), self.facts.stream_seen_at
+        if events != self._events:
+            self._events, seen_at = events, time.monotonic()
+            self.facts = replace(self.facts, stream_seen_at=seen_at)
         try:
             if self._replica is None:
                 self._replica = Replica(self.settings, read_timeout=PROBE_TIMEOUT_S)
@@ -86,7 +95,7 @@ class ReplicaProbe:
             else None
         )
         caught_up_at = time.time() if behind == 0 else self.facts.caught_up_at
-        self.facts = ProbeFacts(time.monotonic(), None, behind, caught_up_at, estimates)
+        self.facts = ProbeFacts(time.monotonic(), None, behind, caught_up_at, estimates, seen_at)
         return self.facts
 
     def _run(self) -> None:

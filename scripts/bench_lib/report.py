@@ -162,6 +162,17 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             get("b", lambda p: _num(p["bare_rows_per_s"])),
         ),
         (f"b. streaming {ARROW} JSON lines, rows/s (ratio to limit)", get("b", lambda p: _rate(p, "jsonl"))),
+        (
+            f"b. streaming {ARROW} JSON lines with /metrics scraped every second, rows/s (ratio to without)",
+            get(
+                "b",
+                lambda p: (
+                    f"{_num(p['jsonl_metrics']['rows_per_s'])} ({_share(p['ratio_metrics_on'])})"
+                    if "jsonl_metrics" in p
+                    else DASH
+                ),
+            ),
+        ),
         (f"b. streaming {ARROW} Delta, rows/s (ratio to limit)", get("b", lambda p: _rate(p, "delta"))),
         (
             f"c. binlog pause per chunk {MINUS} its SELECT, p50 / p99 ms",

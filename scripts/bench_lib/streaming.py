@@ -9,6 +9,8 @@ after. Then, in this order:
 * ``gtidsnap run --until-caught-up`` into JSON lines, resuming from a checkpoint taken just before the
   changes (by a first ``run --until-caught-up`` of the same configuration: gtidsnap resumes as after
   any stop), so it streams exactly those changes;
+* the same JSON-lines run with ``[metrics] listen`` set and ``/metrics`` scraped every second (what
+  monitoring costs, as a ratio to the run without it);
 * the same gtidsnap run into Delta;
 * the bare decode again. Each gtidsnap run is compared with the mean of the two decodes (a decode of
   1M row changes takes over a minute: a third one between the runs would cost more than it tells).
@@ -19,7 +21,10 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import socket
+import threading
 import time
+import urllib.request
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
@@ -40,6 +45,8 @@ CHURN_TABLE = "churn"
 CHURN_ROWS = 10_000
 TX_ROWS = 1_000  # rows per UPDATE transaction; CHURN_ROWS is a multiple of it
 DECODE_TIMEOUT_S = 1800.0
+METRICS_ON = "jsonl-metrics"  # JSON lines with /metrics served and scraped
+SCRAPE_EVERY_S = 1.0  # harsher than Prometheus' usual 15 s
 
 
 def generate_changes(ctx: Context, changes: int) -> dict[str, Any]:
@@ -114,11 +121,50 @@ def bare_decode(ctx: Context, start: GtidSet, expected: int) -> dict[str, Any]:
     return {"rows": rows, "seconds": round(took, 3), "rows_per_s": round(rows / took, 1)}
 
 
+class Scraper:
+    """GETs ``/metrics`` every ``SCRAPE_EVERY_S`` on a thread while a run runs; counts the answers."""
+
+    def __init__(self, listen: str) -> None:
+        self.url = f"http://{listen}/metrics"
+        self.ok = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.ok
+
+    def _run(self) -> None:
+        while not self._stop.wait(SCRAPE_EVERY_S):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as answer:
+                    answer.read()
+                    self.ok += 1
+            except OSError:
+                pass  # the run is starting or ending
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def measure_b(ctx: Context) -> dict[str, Any]:
     table = f"{DATABASE}.{CHURN_TABLE}"
     ensure_table(ctx.pair, CHURN_TABLE, CHURN_ROWS)
-    works = {sink: ctx.work(f"stream-{sink}") for sink in ("jsonl", "delta")}
-    envs = {sink: cli_run.cli_env(ctx.pair, work, sink, [table]) for sink, work in works.items()}
+    works = {sink: ctx.work(f"stream-{sink}") for sink in ("jsonl", METRICS_ON, "delta")}
+    envs = {
+        sink: cli_run.cli_env(ctx.pair, work, sink.removesuffix("-metrics"), [table])
+        for sink, work in works.items()
+    }
+    listen = f"127.0.0.1:{free_port()}"
+    envs[METRICS_ON]["GTIDSNAP_METRICS_LISTEN"] = listen
     for sink, env in envs.items():  # checkpoints at the replica's current set, before the changes
         cli_run.run(["run", "--until-caught-up"], env, ctx.log_path(f"stream-{sink}-prime"), ctx.timeout)
     generated = generate_changes(ctx, ctx.rows)
@@ -128,10 +174,16 @@ def measure_b(ctx: Context) -> dict[str, Any]:
         checkpoint = works[sink] / "checkpoint.json"
         primed = CheckpointStore(checkpoint).load()
         first_seq = primed.next_seq if primed is not None else 1
-        result = cli_run.run(
-            ["run", "--until-caught-up"], env, ctx.log_path(f"stream-{sink}"), ctx.timeout, checkpoint
-        )
+        scraper = Scraper(listen).start() if sink == METRICS_ON else None
+        try:
+            result = cli_run.run(
+                ["run", "--until-caught-up"], env, ctx.log_path(f"stream-{sink}"), ctx.timeout, checkpoint
+            )
+        finally:
+            scrapes = scraper.stop() if scraper is not None else None
         facts = result.facts()
+        if scrapes is not None:
+            facts["scrapes"] = scrapes
         done = ctx.rows
         if result.timed_out:  # the records committed by the deadline
             done = result.progress.next_seq - first_seq if result.progress else 0
@@ -159,6 +211,8 @@ def measure_b(ctx: Context) -> dict[str, Any]:
         "bare_decodes": bare,
         "bare_rows_per_s": round(mean([b["rows_per_s"] for b in bare]), 1),
         "jsonl": runs["jsonl"],
+        "jsonl_metrics": runs[METRICS_ON],
+        "ratio_metrics_on": ratio(runs[METRICS_ON]["rows_per_s"], runs["jsonl"]["rows_per_s"]),
         "delta": runs["delta"],
         "limit_for_jsonl_rows_per_s": round(limit, 1),
         "limit_for_delta_rows_per_s": round(limit, 1),
