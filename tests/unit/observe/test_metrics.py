@@ -10,13 +10,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
+from gtidsnap.core.model import TableId
 from gtidsnap.core.run_stats import DurationHistogram
 from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.engine.loop import Engine
-from gtidsnap.observe.metrics import METRIC_SAMPLE_NAMES, RunView
+from gtidsnap.observe.metrics import METRIC_SAMPLE_NAMES, RunCollector, RunView
 from gtidsnap.observe.probe import ProbeFacts
 from gtidsnap.observe.server import MonitoringServer
 from gtidsnap.sinks.jsonl import JsonlSink
@@ -151,3 +153,26 @@ def test_duration_histogram_buckets_are_cumulative() -> None:
     assert durations.cumulative() == [("0.1", 2), ("1.0", 3), ("+Inf", 4)]
     assert durations.count == 4 and abs(durations.sum_s - 3.65) < 1e-9
     assert DurationHistogram(bounds=(1.0,)).cumulative() == [("1.0", 0), ("+Inf", 0)]
+
+
+def test_a_delta_sinks_mirrors_show_their_waiting_changes_and_merges(tmp_path: Path) -> None:
+    engine = finished_engine(tmp_path, rows=2, writes=0)
+    merges = DurationHistogram()
+    for seconds in (0.4, 3.0):
+        merges.observe(seconds)
+    waiting = {T: (120, time.monotonic() - 42.0), TableId("shop", "idle"): (0, None)}
+    keeper = SimpleNamespace(merges=merges, mirror_facts=lambda: waiting)
+    engine.sink = SimpleNamespace(_keeper=keeper)  # type: ignore[assignment]
+    got = samples(generate_latest(registry_of(view_of(engine, ProbeFacts()))).decode())
+    assert got["gtidsnap_mirror_changes_waiting", (("table", str(T)),)] == 120
+    assert 41 <= got["gtidsnap_mirror_freshness_seconds", (("table", str(T)),)] <= 45
+    assert got["gtidsnap_mirror_freshness_seconds", (("table", "shop.idle"),)] == 0
+    assert got["gtidsnap_mirror_merge_duration_seconds_count", ()] == 2
+    assert got["gtidsnap_mirror_merge_duration_seconds_bucket", (("le", "0.5"),)] == 1
+    assert got["gtidsnap_mirror_merge_duration_seconds_sum", ()] == 3.4
+
+
+def registry_of(view: RunView) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RunCollector(view))
+    return registry
