@@ -244,7 +244,13 @@ class Monitoring:
         )
         where = f"{config.source.host}:{config.source.port}"
         view = RunView(
-            engine, self.probe, where, str(replica.flavor), settings.stall_after_s, config.heartbeat_s
+            engine,
+            self.probe,
+            where,
+            str(replica.flavor),
+            settings.stall_after_s,
+            config.heartbeat_s,
+            settings.probe_interval_s,
         )
         self.server = MonitoringServer(settings.listen, view)
         self.probe.start()

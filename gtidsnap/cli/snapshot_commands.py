@@ -80,6 +80,8 @@ def _send(
     except SignalError as exc:
         _fail(str(exc), 2)
     if print_only:
+        if wait_s is not None:
+            _fail("--wait needs the signal sent; --print only writes it", 2)
         typer.echo(json.dumps(message))
         return
     try:

@@ -13,6 +13,7 @@ with the topic read back at start (:mod:`gtidsnap.signals.notifier`), sends one 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ ANSWERS = {
     "resume-snapshot": RESUMED,
 }
 PROGRESS_EVERY_S = 5.0  # IN_PROGRESS of one table at most this often
+NO_TOPIC = 2**62  # what the engine reports as delivered without a notifications topic: nothing is kept
 OUTBOX_KEPT = 1_000  # undelivered ones kept in the checkpoint (a broker down for long): progress goes first
 
 
@@ -42,10 +44,10 @@ class Notification:
     data: Mapping[str, str]
     timestamp_ms: int
 
-    def message(self, connector: str) -> dict[str, Any]:
+    def message(self, connector: str, lineage: str) -> dict[str, Any]:
         """Debezium's notification shape, with the signal's id in ``additionalData.signal_id``."""
         return {
-            "id": f"{connector}-{self.number}",
+            "id": f"{connector}-{lineage}-{self.number}",
             "aggregateType": AGGREGATE,
             "type": self.type,
             "additionalData": {"connector_name": connector, "signal_id": self.signal_id, **self.data},
@@ -74,6 +76,8 @@ class NotificationLog:
     """The outbox and the snapshots still reporting, kept in the checkpoint with the signal ledger."""
 
     next_number: int = 1
+    # Which numbering: a checkpoint started over numbers from 1 again, under a lineage of its own.
+    lineage: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     outbox: list[Notification] = field(default_factory=list)
     scanning: dict[str, list[str]] = field(default_factory=dict)  # signal -> tables its snapshot reads
     # Not kept: when each (signal, table) last reported progress, and its rows then.
@@ -133,6 +137,11 @@ class NotificationLog:
         """Notifications up to number ``upto`` reached the topic: out of the outbox."""
         self.outbox = [n for n in self.outbox if n.number > upto]
 
+    def clear(self) -> None:
+        """No notifications topic: nothing is kept (a checkpoint without one reads as before them)."""
+        self.next_number, self.outbox, self.scanning = 1, [], {}
+        self._reported.clear()
+
     def _ended(self, signal: str, table: str, status: str, data: dict[str, str], ms: int) -> None:
         self._add(signal, TABLE_SCAN_COMPLETED, {"data_collection": table, "status": status, **data}, ms)
         tables = self.scanning.get(signal, [])
@@ -152,11 +161,15 @@ class NotificationLog:
 
     def copy(self) -> NotificationLog:
         scanning = {s: list(t) for s, t in self.scanning.items()}
-        return NotificationLog(self.next_number, list(self.outbox), scanning, self._reported)
+        return NotificationLog(self.next_number, self.lineage, list(self.outbox), scanning, self._reported)
 
     def to_json(self) -> dict[str, Any]:
-        return {"next": self.next_number, "outbox": [n.to_json() for n in self.outbox],
-                "scanning": {s: list(t) for s, t in self.scanning.items()}}  # fmt: skip
+        return {
+            "next": self.next_number,
+            "lineage": self.lineage,
+            "outbox": [n.to_json() for n in self.outbox],
+            "scanning": {s: list(t) for s, t in self.scanning.items()},
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> NotificationLog:
@@ -174,7 +187,8 @@ class NotificationLog:
             number = int(data.get("next", 1))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"signals.notifications holds an entry that is not one ({exc})") from None
-        return cls(number, notes, {str(s): [str(t) for t in ts] for s, ts in scanning.items()})
+        lineage = str(data.get("lineage") or uuid.uuid4().hex[:12])
+        return cls(number, lineage, notes, {str(s): [str(t) for t in ts] for s, ts in scanning.items()})
 
 
 def _pending(context: SnapshotContext) -> dict[str, TableProgress]:

@@ -77,7 +77,7 @@ class RunStats:
     # (schema, table, op) -> records: strings, whose hashes are cached (a TableId's is a Python call)
     changes: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     events: int = 0  # binlog events decoded (heartbeats included)
-    tick_at: float = field(default_factory=time.monotonic)  # the loop's last turn (liveness)
+    tick_at: float | None = None  # the loop's last turn (liveness); None: not turning yet (start-up)
     source_ts: int = 0  # the source commit time of the last change emitted (epoch seconds)
     commits: DurationHistogram = field(default_factory=DurationHistogram)  # output commit + checkpoint
     committed_at: float | None = None  # wall time of the last commit saved with its checkpoint

@@ -15,7 +15,7 @@ from typing import Any
 
 from gtidsnap.core.commands import Command, SignalReceived
 from gtidsnap.core.errors import GtidsnapError, stored_reason
-from gtidsnap.core.notifications import NotificationLog, signal_key
+from gtidsnap.core.notifications import NO_TOPIC, NotificationLog, signal_key
 from gtidsnap.core.plan import SnapshotContext
 
 HISTORY_KEPT = 100  # outcomes kept for `gtidsnap status`
@@ -100,6 +100,9 @@ class SignalLedger:
     def checkpointing(self, context: SnapshotContext, delivered: int) -> None:
         """Before a checkpoint: what the notifications topic has (out of the outbox), and the progress
         of the snapshots signals started (into it)."""
+        if delivered >= NO_TOPIC:
+            self.notes.clear()
+            return
         self.notes.delivered(delivered)
         self.notes.progressed(context, int(time.time() * 1000), time.monotonic())
 

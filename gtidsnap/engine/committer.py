@@ -66,10 +66,14 @@ class BackgroundCommitter:
         self._thread = threading.Thread(target=self._run, args=(job,), name=self._name, daemon=True)
         self._thread.start()
 
-    def wait(self) -> None:
-        """Block until no job runs; raise the error of a job that failed."""
+    def wait(self, waiting: Callable[[], None] | None = None) -> None:
+        """Block until no job runs; raise the error of a job that failed. ``waiting`` is called every
+        second meanwhile (the engine's liveness: waiting for its committer is not being stuck)."""
         if self._thread is not None:
-            self._thread.join()
+            while self._thread.is_alive():
+                self._thread.join(1.0)
+                if waiting is not None:
+                    waiting()
             self._thread = None
         self.check()
 
@@ -134,13 +138,16 @@ class Commits:
         if isinstance(self.sink, SnapshotAwareSink):
             self.sink.snapshots_pending(frozenset(t.table for t in state.context.pending()))
         if self._background is not None and isinstance(self.sink, SealingSink):
-            self._background.wait()
+            self._background.wait(self._waiting)
             job = self.sink.seal()
             self._background.submit(lambda: self._timed(job, state, source_ts))
         else:
             self._timed(self.sink.commit, state, source_ts)
         self.uncommitted = self.chunk_rows = 0
         self._last_at = time.monotonic()
+
+    def _waiting(self) -> None:
+        self.stats.tick_at = time.monotonic()
 
     def _timed(self, commit: Callable[[], Any], state: Checkpoint, source_ts: int) -> None:
         started = time.monotonic()

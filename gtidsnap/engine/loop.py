@@ -39,6 +39,7 @@ from gtidsnap.core.commands import (
 from gtidsnap.core.errors import SchemaError, SourceError, stored_reason
 from gtidsnap.core.gtid import GtidSet
 from gtidsnap.core.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
+from gtidsnap.core.notifications import NO_TOPIC
 from gtidsnap.core.plan import SnapshotContext, TableProgress
 from gtidsnap.core.ports import (
     CheckpointedSink,
@@ -75,7 +76,6 @@ from gtidsnap.snapshot.windows import ChunkOut
 
 log = logging.getLogger("gtidsnap.engine.loop")
 TX_BURST = 1000  # events of one transaction read in a row before the loop takes a turn
-ALL = 2**62  # "every notification is delivered": without a notifications topic the outbox stays empty
 
 
 class Engine:
@@ -105,7 +105,7 @@ class Engine:
         self.on_progress, self.on_started = on_progress, on_started
         self.commands: queue.Queue[Command] = queue.Queue()
         self.stats = RunStats()
-        self.delivered: Callable[[], int] = lambda: ALL  # notifications on their topic (none: no outbox)
+        self.delivered: Callable[[], int] = lambda: NO_TOPIC  # notifications on their topic (none: no outbox)
         self.schemas = schemas or SchemaCache(lambda t: replica.schema(t, self.surrogate_keys.get(t)))
         self._in_tx = self._stop = False
         self._last_chunk_at = 0.0

@@ -18,18 +18,19 @@ class HealthFacts:
     """What the endpoint sees at one moment (monotonic seconds)."""
 
     now: float
-    tick_at: float  # the loop's last turn
+    tick_at: float | None  # the loop's last turn (None: starting, not turning yet)
     stall_after_s: float
     replica_error: str | None  # the last probe's error (None: it answered)
     last_event_at: float  # when the stream was last seen delivering (events or heartbeats)
     heartbeat_s: float
+    probe_interval_s: float  # how often the probe looks whether the stream delivered
     checkpoint_age_s: float | None  # since the last checkpoint was saved (None: none yet this run)
     behind: int | None  # transactions the replica executed that no checkpoint holds (None: unknown)
 
 
 def liveness(facts: HealthFacts) -> list[str]:
     """Why the process should be restarted; empty when it is alive."""
-    idle = facts.now - facts.tick_at
+    idle = 0.0 if facts.tick_at is None else facts.now - facts.tick_at
     if idle > facts.stall_after_s:
         return [f"the engine's loop has not turned for {idle:.0f} s (limit metrics.stall_after_s = "
                 f"{facts.stall_after_s:g} s)"]  # fmt: skip
@@ -42,7 +43,7 @@ def readiness(facts: HealthFacts) -> list[str]:
     if facts.replica_error is not None:
         problems.append(f"the replica does not answer: {facts.replica_error}")
     quiet = facts.now - facts.last_event_at
-    limit = max(BINLOG_QUIET_S, 3 * facts.heartbeat_s)
+    limit = max(BINLOG_QUIET_S, 3 * facts.heartbeat_s, 2 * facts.probe_interval_s)  # the probe looks
     if quiet > limit:
         problems.append(f"the binlog stream has delivered nothing (not even a heartbeat) for {quiet:.0f} s")
     stale = facts.checkpoint_age_s is None or facts.checkpoint_age_s > facts.stall_after_s

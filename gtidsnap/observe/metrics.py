@@ -70,6 +70,8 @@ class RunView:
     flavor: str
     stall_after_s: float
     heartbeat_s: float
+    probe_interval_s: float = 5.0
+    _waited_s: float = 0.0  # the window-wait counter's last value (two fields summed: never shown lower)
     _eta_from: dict[TableId, tuple[float, int]] = field(default_factory=dict)  # table -> (time, rows)
 
     def health(self) -> HealthFacts:
@@ -82,22 +84,23 @@ class RunView:
             replica_error=facts.error,
             last_event_at=facts.stream_seen_at,
             heartbeat_s=self.heartbeat_s,
+            probe_interval_s=self.probe_interval_s,
             checkpoint_age_s=age,
             behind=facts.behind,
         )
 
     def lag_s(self) -> float | None:
-        """Source commit time -> committed to the output, of the newest change committed, while the
-        checkpoint is behind the replica; 0 when nothing is behind (None: not known yet). Bounded by the
-        time since the probe last found nothing behind: changes of tables not captured move no
-        source time here, but neither are they lag."""
+        """How far the output is behind the source, 0 when the checkpoint holds all the replica executed
+        (None: not known yet). While behind: since the source commit time of the newest change committed,
+        bounded by since the replica was last seen at a point the checkpoint holds (the probe): changes
+        of tables not captured move no source time, and are no lag."""
         stats, facts = self.engine.stats, self.probe.facts
         if facts.behind is None:
             return None
         if facts.behind == 0:
             return 0.0
         now = time.time()
-        candidates = [now - t for t in (stats.committed_source_ts or None, facts.caught_up_at) if t]
+        candidates = [now - t for t in (stats.committed_source_ts or None, facts.held_at) if t]
         return max(0.0, min(candidates)) if candidates else None
 
 
@@ -144,7 +147,7 @@ class RunCollector(Collector):
         if stats.committed_at is not None:
             age = max(0.0, time.time() - stats.committed_at)
             yield _gauge("gtidsnap_checkpoint_age_seconds", "Since the last checkpoint was saved", age)
-        tick = max(0.0, time.monotonic() - stats.tick_at)
+        tick = 0.0 if stats.tick_at is None else max(0.0, time.monotonic() - stats.tick_at)
         yield _gauge("gtidsnap_loop_tick_age_seconds", "Since the engine's loop last turned", tick)
         errors = CounterMetricFamily("gtidsnap_errors", "Errors by kind", labels=["kind"])
         counts = {**dict.copy(stats.errors), "reader_restart": stats.reader_restarts}
@@ -201,7 +204,9 @@ class RunCollector(Collector):
             tables.add_metric([state], n)
         yield tables
         yield _counter("gtidsnap_snapshot_chunks", "Chunks emitted", stats.chunks)
-        waited = stats.window_wait_s + stats.window_waiting_s()
+        waited = self.view._waited_s = max(
+            self.view._waited_s, stats.window_wait_s + stats.window_waiting_s()
+        )
         yield _counter(
             "gtidsnap_snapshot_window_wait_seconds", "Chunk windows waiting for the stream", waited
         )

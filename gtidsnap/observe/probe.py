@@ -8,6 +8,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -18,6 +19,7 @@ from gtidsnap.source.replica import Replica
 
 log = logging.getLogger("gtidsnap.observe.probe")
 PROBE_TIMEOUT_S = 5.0  # a stopped server fails a probe within this (connect and each read)
+SAMPLES_KEPT = 10_000  # probes kept while the checkpoint is behind them (~14 h at 5 s)
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,9 @@ class ProbeFacts:
     checked_at: float | None = None
     error: str | None = "not probed yet"
     behind: int | None = None  # transactions executed by the replica that the checkpoint does not hold
-    caught_up_at: float | None = None  # wall time of the last probe that found nothing behind
+    # The wall time of the newest probe whose executed set the checkpoint wholly holds: the replica was
+    # there then, so the output is at most now - held_at behind it (None: no such probe kept).
+    held_at: float | None = None
     estimates: Mapping[TableId, int] = field(default_factory=dict)
     stream_seen_at: float = field(default_factory=time.monotonic)  # the stream's events last moved
 
@@ -50,6 +54,7 @@ class ReplicaProbe:
         self.settings = replace(settings, connect_timeout=min(settings.connect_timeout, PROBE_TIMEOUT_S))
         self.interval_s, self.position, self.tables, self.events = interval_s, position, tables, events
         self._events = -1
+        self._samples: deque[tuple[float, GtidSet]] = deque(maxlen=SAMPLES_KEPT)  # (wall time, executed)
         self.facts = ProbeFacts()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gtidsnap-probe", daemon=True)
@@ -80,22 +85,36 @@ class ReplicaProbe:
                 rows = self._replica.estimated_rows(table)
                 if rows is not None:
                     estimates[table] = rows
+            behind, held_at = self._held(executed)
         except Exception as exc:  # any failure is the answer: the replica is not reachable
-            self._close()
-            self.failures += 1
-            text = " ".join(str(exc).split())[:300] or type(exc).__name__
-            if self.facts.error is None or self.facts.checked_at is None:  # said once per outage
-                log.warning("the replica probe failed: %s", text)
-            self.facts = replace(self.facts, checked_at=time.monotonic(), error=text)
-            return self.facts
-        position = self.position()
-        behind = (
-            (executed - position).count()
-            if position is not None and type(position) is type(executed)
-            else None
+            return self._failed(exc)
+        self.facts = ProbeFacts(time.monotonic(), None, behind, held_at, estimates, seen_at)
+        return self.facts
+
+    def _held(self, executed: GtidSet) -> tuple[int | None, float | None]:
+        """How many transactions the checkpoint lacks, and since when the replica has been ahead of it
+        (from the probes kept: only those not yet held, and the newest held)."""
+        now, position = time.time(), self.position()
+        self._samples.append((now, executed))
+        if position is None or type(position) is not type(executed):
+            return None, None
+        behind = (executed - position).count()
+        held = next(
+            (i for i in range(len(self._samples) - 1, -1, -1) if self._samples[i][1] <= position), None
         )
-        caught_up_at = time.time() if behind == 0 else self.facts.caught_up_at
-        self.facts = ProbeFacts(time.monotonic(), None, behind, caught_up_at, estimates, seen_at)
+        if held is None:
+            return behind, None
+        for _ in range(held):
+            self._samples.popleft()
+        return behind, self._samples[0][0] if behind else now
+
+    def _failed(self, exc: Exception) -> ProbeFacts:
+        self._close()
+        self.failures += 1
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        if self.facts.error is None or self.facts.checked_at is None:  # said once per outage
+            log.warning("the replica probe failed: %s", text)
+        self.facts = replace(self.facts, checked_at=time.monotonic(), error=text)
         return self.facts
 
     def _run(self) -> None:

@@ -3,8 +3,9 @@ to it, in order, keyed by the connector name; and, for ``gtidsnap snapshot ... -
 
 Exactly once per notification: one is produced only after the checkpoint holding it is saved (so it
 never tells of something a crash undoes), leaves the outbox with a later checkpoint once delivered,
-and at start the topic's tail is read to learn the highest number already there, so what a kill -9
-between the delivery and that checkpoint left in the outbox is not produced again.
+and before the first is produced the topic's tail is read for the highest number of this output
+already there (ids are ``<connector>-<lineage>-<number>``, the lineage kept in the checkpoint), so what
+a kill -9 between the delivery and that checkpoint left in the outbox is not produced again.
 """
 
 from __future__ import annotations
@@ -36,13 +37,16 @@ def topic_settings(settings: SignalSettings) -> SignalSettings:
 
 class Notifier:
     """Produces outboxes handed by :meth:`saved` on a thread of its own; :attr:`delivered` is the highest
-    number known to be on the topic (the engine drops those from its outbox)."""
+    number known to be on the topic (the engine drops those from its outbox). Kafka away never holds up
+    the run: the topic is made, read back and written on this thread, which retries."""
 
     def __init__(self, settings: SignalSettings) -> None:
         self.settings = topic_settings(settings)
         self.connector = settings.connector
         self.delivered = 0
         self._outbox: list[Notification] = []
+        self._lineage: str | None = None  # the outbox's numbering (NotificationLog.lineage)
+        self._synced: str | None = None  # the lineage whose highest number on the topic is known
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gtidsnap-notifier", daemon=True)
@@ -50,22 +54,16 @@ class Notifier:
         self._warned_at = -WARN_EVERY_S
         self._handed = 0  # the highest number handed to the producer (on its way)
         self._acked: set[int] = set()  # numbers the broker acknowledged above ``delivered``
-        self._failed = False
+        self._broken = False  # a delivery failed for good: read the topic back before going on
 
     def start(self) -> Notifier:
-        from confluent_kafka import Producer
-
-        ensure_topic(self.settings)
-        self.delivered = max(self.delivered, self._highest_sent())
-        self._producer = Producer(
-            {**client_settings(self.settings), "acks": "all", "enable.idempotence": True}
-        )
         self._thread.start()
         return self
 
     def saved(self, checkpoint: Checkpoint) -> None:
         """A checkpoint was saved: its outbox may go out (called on the committing thread)."""
-        self._outbox = list(checkpoint.signals.notes.outbox)
+        notes = checkpoint.signals.notes
+        self._outbox, self._lineage = list(notes.outbox), notes.lineage
         self._wake.set()
 
     def stop(self) -> None:
@@ -73,24 +71,32 @@ class Notifier:
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=2 * FLUSH_S)
+            self._thread.join(timeout=3 * FLUSH_S)
 
     def _run(self) -> None:
         while True:
             self._wake.wait(1.0)
             self._wake.clear()
-            self._send()
+            try:
+                self._send()
+            except Exception as exc:  # Kafka away, a fatal producer error: said, then tried again
+                self._broken = True
+                self._warn(f"the notifications topic {self.settings.topic} is not reachable ({exc})")
             if self._stop.is_set():
                 return
 
     def _send(self) -> None:
         """Produce what is not on its way yet; ``delivered`` moves over what the broker acknowledged, in
-        order. A failed delivery is produced again from there (what the broker acknowledged counts)."""
-        if self._failed:
-            self._failed, self._handed = False, self.delivered
+        order. The producer retries a delivery for as long as it takes (``message.timeout.ms = 0``), so
+        within a process nothing is produced twice; after a failure for good the topic is read again."""
+        lineage = self._lineage
+        if lineage is None:
+            return
+        if self._synced != lineage or self._broken:
+            self._resync(lineage)
         todo = [n for n in self._outbox if n.number > max(self.delivered, self._handed)]
         for note in todo:
-            message = json.dumps(note.message(self.connector)).encode("utf-8")
+            message = json.dumps(note.message(self.connector, lineage)).encode("utf-8")
             self._producer.produce(
                 self.settings.topic,
                 key=self.connector.encode("utf-8"),
@@ -108,30 +114,51 @@ class Notifier:
         self._acked = {n for n in self._acked if n > self.delivered}
         if not left and todo:
             crash_point("notifications-delivered")  # on the topic, still in the checkpoint's outbox
-        if (left or self._failed) and time.monotonic() - self._warned_at >= WARN_EVERY_S:
-            self._warned_at = time.monotonic()
-            log.warning(
-                "notifications not delivered to %s within %.0f s; they wait in the checkpoint",
-                self.settings.topic,
-                FLUSH_S,
-            )
+        if left:
+            self._warn(f"{left} notification(s) not yet delivered to {self.settings.topic}; they wait")
+
+    def _resync(self, lineage: str) -> None:
+        """A new producer, and ``delivered`` from the topic: the highest number of this output there."""
+        from confluent_kafka import Producer
+
+        if self._producer is not None:
+            self._producer.flush(FLUSH_S)
+        ensure_topic(self.settings, stop=self._stop)
+        highest = self._highest_sent(lineage)
+        self._producer = Producer(
+            {
+                **client_settings(self.settings),
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": 0,
+            }
+        )
+        self.delivered = max(self.delivered, highest) if self._synced == lineage else highest
+        self._handed, self._acked = self.delivered, set()
+        self._synced, self._broken = lineage, False
 
     def _acknowledged(self, number: int) -> Callable[[Any, Any], None]:
         def done(error: Any, _message: Any) -> None:
             if error is None:
                 self._acked.add(number)
             else:
-                self._failed = True
+                self._broken = True
+                self._warn(f"a notification was not delivered to {self.settings.topic}: {error}")
 
         return done
 
-    def _highest_sent(self) -> int:
-        """The highest notification number of this connector among the topic's last messages."""
-        highest = 0
+    def _warn(self, text: str) -> None:
+        if time.monotonic() - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = time.monotonic()
+            log.warning("%s", text)
+
+    def _highest_sent(self, lineage: str) -> int:
+        """The highest number of this output's notifications among the topic's last messages."""
+        prefix, highest = f"{self.connector}-{lineage}-", 0
         for note in tail(self.settings, TAIL_READ):
-            if note.get("additionalData", {}).get("connector_name") == self.connector:
-                number = str(note.get("id", "")).rpartition("-")[2]
-                highest = max(highest, int(number)) if number.isdigit() else highest
+            number = str(note.get("id", "")).removeprefix(prefix)
+            if str(note.get("id", "")).startswith(prefix) and number.isdigit():
+                highest = max(highest, int(number))
         return highest
 
 
@@ -172,7 +199,11 @@ def tail(settings: SignalSettings, most: int, timeout_s: float = 10.0) -> list[d
             return found
         consumer.assign(assigned)
         deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
+        while ends:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{settings.topic}: its last messages were not read within {timeout_s:.0f} s"
+                )
             message = consumer.poll(0.5)
             if message is None or message.error() is not None:
                 continue

@@ -18,6 +18,7 @@ from gtidsnap.core.commands import (
 from gtidsnap.core.errors import SignalError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.notifications import (
+    NO_TOPIC,
     OUTBOX_KEPT,
     PROGRESS_EVERY_S,
     Notification,
@@ -97,8 +98,9 @@ def test_delivered_leaves_the_outbox_and_the_json_round_trips() -> None:
     assert [n.number for n in log.outbox] == [2]
     back = NotificationLog.from_json(json.loads(json.dumps(log.to_json())))
     assert back.to_json() == log.to_json() and back.scanning == {"s1": ["shop.a"]}
-    message = back.outbox[0].message("inst")
-    assert message["id"] == "inst-2" and message["type"] == "PAUSED"
+    assert back.lineage == log.lineage and len(log.lineage) == 12
+    message = back.outbox[0].message("inst", back.lineage)
+    assert message["id"] == f"inst-{log.lineage}-2" and message["type"] == "PAUSED"
     assert message["aggregateType"] == "Incremental Snapshot"
     assert message["additionalData"] == {"connector_name": "inst", "signal_id": "s2"}
 
@@ -195,3 +197,12 @@ def test_every_signal_gets_exactly_one_answer_and_snapshots_end_once(
             assert [n.type for n in mine].count("COMPLETED") == 1 and mine[-1].type == "COMPLETED"
     assert not ledger.notes.scanning
     assert [n.number for n in outbox] == list(range(1, len(outbox) + 1))
+
+
+def test_without_a_notifications_topic_nothing_is_kept() -> None:
+    ledger = SignalLedger()
+    queued = SnapshotContext().enqueue([A])
+    ledger.notes.answer("s1", "execute-snapshot", "done", SnapshotContext(), queued, 1)
+    ledger.checkpointing(queued, NO_TOPIC)
+    assert ledger.notes.outbox == [] and not ledger.notes.scanning
+    assert "notifications" not in ledger.to_json(), "the checkpoint reads as before notifications"

@@ -13,6 +13,7 @@ OK = HealthFacts(
     replica_error=None,
     last_event_at=999.0,
     heartbeat_s=1.0,
+    probe_interval_s=5.0,
     checkpoint_age_s=0.5,
     behind=3,
 )
@@ -35,6 +36,8 @@ def test_not_ready_names_each_cause() -> None:
         "the binlog stream has delivered nothing (not even a heartbeat) for 40 s"
     ]
     assert readiness(replace(OK, last_event_at=960.0, heartbeat_s=20.0)) == [], "3 heartbeats' time"
+    assert readiness(replace(OK, last_event_at=960.0, probe_interval_s=30.0)) == [], "2 probes' time"
+    assert liveness(replace(OK, tick_at=None)) == [], "starting (Spark, say): not turning yet, not stuck"
     assert readiness(replace(OK, checkpoint_age_s=120.0)) == [
         "no checkpoint for 120 s while the replica has transactions to stream (3)"
     ]
