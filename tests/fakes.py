@@ -33,6 +33,8 @@ from gtidsnap.core.model import (
 )
 from gtidsnap.core.records import Emitted, Record
 from gtidsnap.core.schema import Column, TableSchema
+from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.engine.loop import Engine
 from gtidsnap.sinks.jsonl import JsonlSink
 
 T = TableId("shop", "orders")
@@ -341,3 +343,15 @@ class SealingJsonl(JsonlSink):
             return position
 
         return job
+
+
+def jsonl_engine(world: World, out: Path, **kwargs: Any) -> Engine:
+    """An engine on ``world`` (table ``T`` captured) writing JSON lines and its checkpoint into ``out``."""
+    return Engine(
+        FakeReplica(world),
+        lambda start, schema_of: FakeStream(world, start),
+        JsonlSink(out / "out.jsonl"),
+        CheckpointStore(out / "checkpoint.json"),
+        captured=[T],
+        **kwargs,
+    )

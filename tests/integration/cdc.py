@@ -9,18 +9,20 @@ follow a delete.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import random
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
+import pytest
 
 from gtidsnap.config.loading import Config, SinkSettings, SnapshotSettings
 from gtidsnap.config.settings import default_readers
@@ -37,6 +39,27 @@ REPO = Path(__file__).resolve().parents[2]
 # race each other (the default is 1 on CI's 2 cores); the scenarios written for a reader count ask for
 # theirs (0 to 4).
 READERS = max(2, default_readers())
+
+
+T = TypeVar("T")
+
+
+def wait_for(
+    what: str | Callable[[], str], check: Callable[[], T | None], timeout_s: float = 30.0, guard: Any = None
+) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if guard is not None:
+            guard()
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            faulthandler.dump_traceback(all_threads=True)  # where each thread is, in the captured stderr
+            text = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {text}", pytrace=False)
+        time.sleep(0.05)
 
 
 def reader_settings(pair: ReplicaPair) -> ConnectionSettings:

@@ -37,7 +37,7 @@ from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.runner import Monitoring, build_engine
 from gtidsnap.signals.notifier import tail
 from gtidsnap.source.replica import Replica
-from tests.integration.cdc import REPO, Writer, cli_env, create_table, gtidsnap_cmd, make_config
+from tests.integration.cdc import REPO, Writer, cli_env, create_table, gtidsnap_cmd, make_config, wait_for
 from tests.integration.fixtures.db_servers import STATE_DIR, ReplicaPair
 from tests.integration.fixtures.kafka_server import KafkaBroker
 
@@ -54,17 +54,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout_s: float = WAIT_S, guard: Any = None) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if guard is not None:
-            guard()
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}", pytrace=False)
-        time.sleep(0.1)
+def wait(what: str, check: Callable[[], T | None], timeout_s: float = WAIT_S, guard: Any = None) -> T:
+    return wait_for(what, check, timeout_s, guard)
 
 
 def get(address: str, path: str, accept: str = "") -> tuple[int, str]:
@@ -135,11 +126,11 @@ def test_a_scrape_during_a_run_under_a_writer(pair: ReplicaPair, fresh_db: str, 
 
     snap = f"{db}.snap"
     try:
-        first = wait_for("a first scrape", lambda: scrape(address), guard=alive)
+        first = wait("a first scrape", lambda: scrape(address), guard=alive)
         assert value(
             first, "gtidsnap_replica_info", replica=f"127.0.0.1:{pair.replica_port}", flavor=pair.flavor
         )
-        reading = wait_for(
+        reading = wait(
             "the snapshot seen part way",
             lambda: (
                 (s := scrape(address))
@@ -149,7 +140,7 @@ def test_a_scrape_during_a_run_under_a_writer(pair: ReplicaPair, fresh_db: str, 
             guard=alive,
         )
         assert value(reading, "gtidsnap_snapshot_tables", state="reading") == 1
-        done = wait_for(
+        done = wait(
             "the snapshot's rows to reach the table's count",
             lambda: (s := scrape(address)) and value(s, "gtidsnap_snapshot_tables", state="done") == 1 and s,
             guard=alive,
@@ -158,7 +149,7 @@ def test_a_scrape_during_a_run_under_a_writer(pair: ReplicaPair, fresh_db: str, 
         assert (value(done, "gtidsnap_snapshot_rows_estimated", table=snap) or 0) >= 3000, "never below"
         assert value(done, "gtidsnap_records_total", table=snap, op="r") == 3000
         busy_before = total(done, "gtidsnap_records_total", table=f"{db}.busy")
-        behind = wait_for(
+        behind = wait(
             "the writer's changes counted, and how far behind",
             lambda: (
                 (s := scrape(address))
@@ -175,7 +166,7 @@ def test_a_scrape_during_a_run_under_a_writer(pair: ReplicaPair, fresh_db: str, 
 
         writer.stop()
         writer.join()
-        caught_up = wait_for(
+        caught_up = wait(
             "lag 0 and nothing behind once the writer stopped",
             lambda: (
                 (s := scrape(address))
@@ -190,16 +181,14 @@ def test_a_scrape_during_a_run_under_a_writer(pair: ReplicaPair, fresh_db: str, 
         assert (value(caught_up, "gtidsnap_batch_commit_duration_seconds_count") or 0) > 0
 
         with stopped_server(server_pid(pair)):
-            status, body = wait_for(
+            status, body = wait(
                 "/readyz to fail with the replica stopped",
                 lambda: (r := get(address, "/readyz"))[0] == 503 and r,
                 timeout_s=30,
                 guard=alive,
             )
             assert "the replica does not answer" in body
-        wait_for(
-            "/readyz to pass again", lambda: get(address, "/readyz")[0] == 200, timeout_s=60, guard=alive
-        )
+        wait("/readyz to pass again", lambda: get(address, "/readyz")[0] == 200, timeout_s=60, guard=alive)
         after = scrape(address)
         assert (value(after, "gtidsnap_errors_total", kind="replica_probe") or 0) >= 1
     finally:
@@ -242,17 +231,17 @@ def test_healthz_fails_while_the_loop_is_held(
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         try:
-            wait_for(
+            wait(
                 "/healthz and /readyz",
                 lambda: get(address, "/healthz")[0] == get(address, "/readyz")[0] == 200,
             )
             hold.set()
-            wait_for("the loop held", held.is_set)
-            _, body = wait_for("/healthz to fail", lambda: (r := get(address, "/healthz"))[0] == 503 and r)
+            wait("the loop held", held.is_set)
+            _, body = wait("/healthz to fail", lambda: (r := get(address, "/healthz"))[0] == 503 and r)
             assert "the engine's loop has not turned for" in body and "metrics.stall_after_s = 1.5 s" in body
             assert get(address, "/readyz")[0] == 503
             hold.clear()
-            wait_for("/healthz to pass again", lambda: get(address, "/healthz")[0] == 200)
+            wait("/healthz to pass again", lambda: get(address, "/healthz")[0] == 200)
         finally:
             hold.clear()
             engine.commands.put(Shutdown())
@@ -326,12 +315,12 @@ def test_every_signal_gets_its_notifications_once_across_kill_9(
         assert json.loads(resumed)["type"] == "RESUMED"
         refused = cli("snapshot", "start", f"{db}.nope", "--id", "s5", "--wait", "60", expect=2)
         assert json.loads(refused)["type"] == "REFUSED"
-        wait_for("t1 part way", lambda: table_progress(f"{db}.t1") > 0, guard=lambda: second.poll() is None)
+        wait("t1 part way", lambda: table_progress(f"{db}.t1") > 0, guard=lambda: second.poll() is None)
         second.send_signal(signal.SIGKILL)
         second.wait(WAIT_S)
 
         third = start_run()
-        wait_for("s1 and s2 completed", lambda: "COMPLETED" in of("s1") and "COMPLETED" in of("s2"),
+        wait("s1 and s2 completed", lambda: "COMPLETED" in of("s1") and "COMPLETED" in of("s2"),
                  guard=lambda: third.poll() is None)  # fmt: skip
         again = cli("snapshot", "pause", "--id", "s3", "--wait", "60", expect=2)
         assert json.loads(again)["type"] == "IGNORED", "a repeated id is answered, and not acted on"

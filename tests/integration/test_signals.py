@@ -4,7 +4,6 @@ test sends messages, and waits, bounded in time, for what the checkpoint records
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import logging
 import signal
@@ -43,6 +42,7 @@ from tests.integration.cdc import (
     gtidsnap_cmd,
     make_config,
     source_rows,
+    wait_for,
 )
 from tests.integration.fixtures.db_servers import ReplicaPair
 from tests.integration.fixtures.kafka_server import KafkaBroker, run_kafka_script
@@ -66,24 +66,6 @@ def db(mariadb_pair: ReplicaPair) -> Iterator[str]:
         yield name
     finally:
         execute(mariadb_pair, "mysql", f"DROP DATABASE IF EXISTS `{name}`")
-
-
-def wait_for(
-    what: str | Callable[[], str], check: Callable[[], T | None], timeout_s: float = WAIT_S, guard: Any = None
-) -> T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if guard is not None:
-            guard()
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            faulthandler.dump_traceback(all_threads=True)  # where each thread is, in the captured stderr
-            text = what() if callable(what) else what
-            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {text}", pytrace=False)
-        time.sleep(0.05)
 
 
 def load(out: Path) -> Checkpoint | None:

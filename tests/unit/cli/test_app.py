@@ -23,11 +23,8 @@ from gtidsnap.core.errors import (
     SourceError,
 )
 from gtidsnap.core.run_stats import RunStats
-from gtidsnap.engine.checkpoint_store import CheckpointStore
-from gtidsnap.engine.loop import Engine
-from gtidsnap.sinks.jsonl import JsonlSink
 from gtidsnap.source import replica
-from tests.fakes import FakeReplica, FakeStream, T, World
+from tests.fakes import T, World, jsonl_engine
 
 
 def boom(args: list[str]) -> None:
@@ -162,13 +159,7 @@ def test_a_run_without_failures_ends_with_exit_0(monkeypatch: pytest.MonkeyPatch
 
 def test_status_json_has_the_facts_of_the_tables(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     world = World(random.Random(5), rows=12, writes=4)
-    engine = Engine(
-        FakeReplica(world),
-        lambda start, schema_of: FakeStream(world, start),
-        JsonlSink(tmp_path / "out.jsonl"),
-        CheckpointStore(tmp_path / "checkpoint.json"),
-        captured=[T],
-    )
+    engine = jsonl_engine(world, tmp_path)
     engine.commands.put(SignalReceived(0, 0, "p1", "pause-snapshot", PauseSnapshots()))
     engine.commands.put(SignalReceived(0, 1, "r1", "resume-snapshot", ResumeSnapshots()))
     engine.run(snapshot=[T], until_caught_up=True)

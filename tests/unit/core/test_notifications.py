@@ -113,20 +113,32 @@ def test_a_broker_down_for_long_loses_progress_reports_first() -> None:
     assert len(log.outbox) == OUTBOX_KEPT and log.outbox[0].type == "PAUSED"
 
 
+class Queue:
+    """The engine's part in a signal, on a snapshot context: start queues, stop drops (or refuses)."""
+
+    def __init__(self, refuse_stop: bool = False) -> None:
+        self.context, self.refuse_stop = SnapshotContext(), refuse_stop
+
+    def act(self, command: object) -> None:
+        if isinstance(command, StartSnapshot):
+            self.context = self.context.enqueue(command.tables)
+        elif isinstance(command, StopSnapshot) and self.refuse_stop:
+            raise SignalError("stop what?")
+        elif isinstance(command, StopSnapshot):
+            self.context = self.context.stop(command.tables)
+
+    def now(self) -> SnapshotContext:
+        return self.context
+
+
 def test_the_ledger_answers_each_signal_it_records_and_keeps_the_outbox_in_its_json() -> None:
     ledger = SignalLedger()
-    context = SnapshotContext()
+    queue = Queue(refuse_stop=True)
+    act, context = queue.act, queue.now
 
-    def act(command: object) -> None:
-        nonlocal context
-        if isinstance(command, StartSnapshot):
-            context = context.enqueue(command.tables)
-        if isinstance(command, StopSnapshot):
-            raise SignalError("stop what?")
-
-    ledger.act_once(SignalReceived(0, 0, "a", "execute-snapshot", StartSnapshot((A,))), act, lambda: context)
-    ledger.act_once(SignalReceived(0, 1, None, "stop-snapshot", StopSnapshot()), act, lambda: context)
-    ledger.act_once(SignalReceived(0, 1, "again", "pause-snapshot", PauseSnapshots()), act, lambda: context)
+    ledger.act_once(SignalReceived(0, 0, "a", "execute-snapshot", StartSnapshot((A,))), act, context)
+    ledger.act_once(SignalReceived(0, 1, None, "stop-snapshot", StopSnapshot()), act, context)
+    ledger.act_once(SignalReceived(0, 1, "again", "pause-snapshot", PauseSnapshots()), act, context)
     assert [(n.signal_id, n.type) for n in ledger.notes.outbox] == [
         ("a", "STARTED"),
         ("offset 0:1", "REFUSED"),
@@ -135,7 +147,7 @@ def test_the_ledger_answers_each_signal_it_records_and_keeps_the_outbox_in_its_j
     back = SignalLedger.from_json(json.loads(json.dumps(ledger.to_json())))
     assert back.notes.to_json() == ledger.notes.to_json()
     copy = ledger.copy()
-    copy.notes.answer("b", "resume-snapshot", "done", context, context, 9)
+    copy.notes.answer("b", "resume-snapshot", "done", context(), context(), 9)
     assert len(ledger.notes.outbox) == 2, "a checkpoint's copy is independent"
 
 
@@ -160,30 +172,20 @@ def test_every_signal_gets_exactly_one_answer_and_snapshots_end_once(
     """Any sequence of signals, tables finishing between them: one answer per signal id, one
     TABLE_SCAN_COMPLETED per table a signal queued, one COMPLETED per execute-snapshot answered STARTED."""
     ledger = SignalLedger()
-    context = SnapshotContext()
-
-    def act(command: object) -> None:
-        nonlocal context
-        if isinstance(command, StartSnapshot):
-            context = context.enqueue(command.tables)
-        elif isinstance(command, StopSnapshot):
-            context = context.stop(command.tables)
-
-    def now() -> SnapshotContext:
-        return context
-
+    queue = Queue()
     for offset, (kind, table, finish, bad) in enumerate(signals):
         error = "bad message" if bad else None
-        ledger.act_once(SignalReceived(0, offset, f"id{offset}", kind, KINDS[kind](table), error), act, now)
-        current = context.current()
+        signal = SignalReceived(0, offset, f"id{offset}", kind, KINDS[kind](table), error)
+        ledger.act_once(signal, queue.act, queue.now)
+        current = queue.context.current()
         if finish and current is not None:
-            context = context.update(current.begun((1,), True).finished())
-        ledger.checkpointing(context, 0)
+            queue.context = queue.context.update(current.begun((1,), True).finished())
+        ledger.checkpointing(queue.context, 0)
     for _ in range(len(signals) + 1):  # the rest of the queue reads to its end
-        current = context.current()
+        current = queue.context.current()
         if current is not None:
-            context = context.update(current.begun((1,), True).finished())
-        ledger.checkpointing(context, 0)
+            queue.context = queue.context.update(current.begun((1,), True).finished())
+        ledger.checkpointing(queue.context, 0)
     answers = {"STARTED", "ABORTED", "PAUSED", "RESUMED", "REFUSED", "IGNORED"}
     outbox: list[Notification] = ledger.notes.outbox
     for offset in range(len(signals)):

@@ -16,24 +16,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gtidsnap.core.model import TableId
 from gtidsnap.core.run_stats import DurationHistogram
-from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.engine.loop import Engine
 from gtidsnap.observe.metrics import METRIC_SAMPLE_NAMES, RunCollector, RunView
 from gtidsnap.observe.probe import ProbeFacts
 from gtidsnap.observe.server import MonitoringServer
-from gtidsnap.sinks.jsonl import JsonlSink
-from tests.fakes import FakeReplica, FakeStream, T, World
+from tests.fakes import T, World, jsonl_engine
 
 
 def finished_engine(tmp: Path, rows: int = 40, writes: int = 30) -> Engine:
     world = World(random.Random(3), rows=rows, writes=writes)
-    engine = Engine(
-        FakeReplica(world),
-        lambda start, schema_of: FakeStream(world, start),
-        JsonlSink(tmp / "out.jsonl"),
-        CheckpointStore(tmp / "checkpoint.json"),
-        captured=[T],
-    )
+    engine = jsonl_engine(world, tmp)
     engine.run(snapshot=[T], until_caught_up=True)
     return engine
 
