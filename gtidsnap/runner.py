@@ -25,6 +25,7 @@ from gtidsnap.core.schema_cache import SchemaCache
 from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import EngineSettings
+from gtidsnap.engine.run_lock import RunLock
 from gtidsnap.signals.consumer import SignalConsumer
 from gtidsnap.signals.notifier import Notifier, NotifyingStore
 from gtidsnap.sinks import Sink
@@ -175,7 +176,28 @@ def run_engine(
     """Build and run an engine, with the signal consumer when ``config.signals.bootstrap`` is set; the
     consumer is stopped however the run ends (a signal it read but the engine did not act on stays
     unrecorded in the checkpoint, so it is read again next time). ``spark_log``: where Spark's own
-    output goes (None: the console)."""
+    output goes (None: the console). The run holds its checkpoint and output (:class:`RunLock`)
+    throughout: a second run on either is refused, naming this one."""
+    with RunLock(guarded_paths(config)):
+        return _run_engine(config, replica, snapshot, until_caught_up, on_progress, spark_log)
+
+
+def guarded_paths(config: Config) -> list[Path]:
+    """What one run at a time may write: the checkpoint, and the output when it is a local path."""
+    paths = [config.checkpoint_path]
+    if "://" not in config.sink.path:  # s3a://, abfss://: no OS lock there
+        paths.append(Path(config.sink.path))
+    return list(dict.fromkeys(p.resolve() for p in paths))
+
+
+def _run_engine(
+    config: Config,
+    replica: Replica,
+    snapshot: Sequence[TableId],
+    until_caught_up: bool,
+    on_progress: Callable[[SnapshotContext, RunStats], None] | None,
+    spark_log: Path | None,
+) -> RunStats:
     hook = SignalHook(config.signals) if config.signals.bootstrap else None
     notifier = _notifier(config.signals)
     spark_factory = None

@@ -1,0 +1,66 @@
+"""One run per checkpoint and output (engine/run_lock): the holder named, taken over after kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gtidsnap.core.errors import ConfigError
+from gtidsnap.engine.run_lock import RunLock
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from gtidsnap.engine.run_lock import RunLock
+with RunLock([Path(sys.argv[1])]):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_holder_is_refused_naming_the_first_and_takes_over_after_kill_9(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint.json"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(checkpoint)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(ConfigError) as refused:
+            RunLock([checkpoint]).acquire()
+        text = str(refused.value)
+        assert (
+            f"{checkpoint} is in use by another gtidsnap run (pid {holder.pid} on {socket.gethostname()}"
+            in text
+        )
+        assert f"lock {checkpoint}.lock" in text and "stop that run first" in text
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+    started = time.monotonic()
+    with RunLock([checkpoint]) as lock:
+        assert time.monotonic() - started < 1.0, "a dead holder's lock is free at once: nothing to wait out"
+        held = json.loads((tmp_path / "checkpoint.json.lock").read_text())
+        assert held["pid"] == os.getpid() and held["host"] == socket.gethostname() and held["since"]
+        assert lock.paths == [tmp_path / "checkpoint.json.lock"]
+
+
+def test_every_path_or_none_is_held(tmp_path: Path) -> None:
+    first = RunLock([tmp_path / "out" / "changes.jsonl"]).acquire()
+    try:
+        both = RunLock([tmp_path / "checkpoint.json", tmp_path / "out" / "changes.jsonl"])
+        with pytest.raises(ConfigError, match=r"changes\.jsonl is in use by another gtidsnap run \(pid "):
+            both.acquire()  # also within one process: a second engine on the same output
+        with RunLock([tmp_path / "checkpoint.json"]):
+            pass  # the first path was let go when the second was refused
+    finally:
+        first.release()
+    with RunLock([tmp_path / "checkpoint.json", tmp_path / "out" / "changes.jsonl"]):
+        pass
