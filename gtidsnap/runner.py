@@ -187,7 +187,7 @@ def guarded_paths(config: Config) -> list[Path]:
     paths = [config.checkpoint_path]
     if "://" not in config.sink.path:  # s3a://, abfss://: no OS lock there
         paths.append(Path(config.sink.path))
-    return list(dict.fromkeys(p.resolve() for p in paths))
+    return list(dict.fromkeys(p.resolve() for p in paths if p.resolve().name))  # "/" has no sibling
 
 
 def _run_engine(

@@ -66,8 +66,11 @@ def holder() -> dict[str, object]:
 
 
 def _lock(path: Path) -> IO[str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    file = path.open("a+", encoding="utf-8")  # never truncated before the lock is ours
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        file = path.open("a+", encoding="utf-8")  # never truncated before the lock is ours
+    except OSError as exc:
+        raise ConfigError(f"cannot create the lock file {path}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -64,3 +64,9 @@ def test_every_path_or_none_is_held(tmp_path: Path) -> None:
         first.release()
     with RunLock([tmp_path / "checkpoint.json", tmp_path / "out" / "changes.jsonl"]):
         pass
+
+
+def test_a_lock_file_that_cannot_be_made_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(ConfigError, match=r"cannot create the lock file .*file/checkpoint\.json\.lock: "):
+        RunLock([tmp_path / "file" / "checkpoint.json"]).acquire()
