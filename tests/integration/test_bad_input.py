@@ -116,10 +116,11 @@ def run_cli(args: list[str], env: dict[str, str | None], capsys: pytest.CaptureF
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
+    """Every file's digest but the run locks' (``<checkpoint>.lock``: who ran last, not output)."""
     return {
         str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(folder.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.suffix != ".lock"
     }
 
 
