@@ -180,7 +180,7 @@ class _Display:
 
     def _bar(self, t: TableProgress, note: str) -> None:
         assert self.progress is not None
-        state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
+        state = t.state
         if note:
             state = f"{state}: {note}"
         state = escape(printable(state))
@@ -321,7 +321,7 @@ def status(
     say(out, f"processed: {cp.processed or '(nothing)'}")
     table = Table("table", "state", "chunks", "rows", "last key", "note", title="snapshots")
     for t in cp.context.tables:
-        state = "error" if t.error else "done" if t.done else "reading" if t.started else "queued"
+        state = t.state
         last = ", ".join(map(str, t.last_key)) if t.last_key else ""
         cells = (str(t.table), state, f"{t.chunks:,}", f"{t.rows:,}", last, t.error or t.condition or "")
         table.add_row(*(Text(printable(c)) for c in cells))
@@ -344,7 +344,7 @@ def status_json(path: Path, cp: Checkpoint | None) -> dict[str, Any]:
     snapshots = [
         {
             "table": str(t.table),
-            "state": "error" if t.error else "done" if t.done else "reading" if t.started else "queued",
+            "state": t.state,
             "chunks": t.chunks,
             "rows": t.rows,
             "last_key": [str(v) for v in t.last_key] if t.last_key else None,

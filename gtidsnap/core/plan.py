@@ -109,6 +109,12 @@ class TableProgress:
         """It ends with ``reason`` (``gtidsnap status`` shows it); the other tables go on."""
         return replace(self, started=True, done=True, error=reason)
 
+    @property
+    def state(self) -> str:
+        """``error``, ``done``, ``reading`` or ``queued``: what ``status``, the progress bars and
+        /metrics show."""
+        return "error" if self.error else "done" if self.done else "reading" if self.started else "queued"
+
     def not_fresh(self) -> TableProgress:
         """A DDL of the table: the rest of its rows reach a Delta mirror by MERGE, never by APPEND."""
         return replace(self, fresh=False)

@@ -10,9 +10,8 @@ Labels have bounded cardinality: ``table`` (the captured tables), ``op`` (c, u, 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -162,7 +161,7 @@ class RunCollector(Collector):
             signals.add_metric([outcome], stats.signals.get(outcome, 0))
         yield signals
 
-    def _snapshot(self, stats: RunStats, estimates: Any) -> Iterator[Metric]:
+    def _snapshot(self, stats: RunStats, estimates: Mapping[TableId, int]) -> Iterator[Metric]:
         context = getattr(self.view.engine, "context", None)
         rows = GaugeMetricFamily(
             "gtidsnap_snapshot_rows", "Rows read by the table's snapshot", labels=["table"]
@@ -175,15 +174,7 @@ class RunCollector(Collector):
         latest = {t.table: t for t in (context.tables if context is not None else ())}  # last entry wins
         now = time.monotonic()
         for table, progress in sorted(latest.items(), key=lambda i: str(i[0])):
-            state = (
-                "failed"
-                if progress.error
-                else "done"
-                if progress.done
-                else "reading"
-                if progress.started
-                else "queued"
-            )
+            state = "failed" if progress.state == "error" else progress.state
             states[state] += 1
             rows.add_metric([str(table)], progress.rows)
             total = estimates.get(table)

@@ -80,8 +80,8 @@ class ReplicaProbe:
             if self._replica is None:
                 self._replica = Replica(self.settings, read_timeout=PROBE_TIMEOUT_S)
             executed = self._replica.executed()
-            estimates = dict(self.facts.estimates)  # a finished snapshot keeps its last estimate
-            for table in self.tables():
+            estimates = dict(self.facts.estimates)  # read once a table: it is an estimate anyway
+            for table in (t for t in self.tables() if t not in estimates):
                 rows = self._replica.estimated_rows(table)
                 if rows is not None:
                     estimates[table] = rows

@@ -179,10 +179,9 @@ class NotifyingStore:
 
 def tail(settings: SignalSettings, most: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """The last ``most`` messages of each partition of ``settings.topic``, as JSON objects."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer({**client_settings(settings), "group.id": f"gtidsnap-tail-{time.time_ns()}",
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = _reader(settings)
     found: list[dict[str, Any]] = []
     try:
         meta = consumer.list_topics(settings.topic, timeout=timeout_s).topics[settings.topic]
@@ -210,11 +209,8 @@ def tail(settings: SignalSettings, most: int, timeout_s: float = 10.0) -> list[d
             partition, offset = message.partition() or 0, message.offset() or 0
             if offset >= ends.get(partition, 0) - 1:
                 ends.pop(partition, None)
-            try:
-                value = json.loads(message.value() or b"")
-            except ValueError:
-                continue  # another producer's message: not ours to read
-            if isinstance(value, dict):
+            value = _json_object(message.value())
+            if value is not None:
                 found.append(value)
     finally:
         consumer.close()
@@ -223,11 +219,11 @@ def tail(settings: SignalSettings, most: int, timeout_s: float = 10.0) -> list[d
 
 def end_offsets(settings: SignalSettings, timeout_s: float = 10.0) -> dict[int, int]:
     """Where each partition of the notifications topic ends now (read before a signal is sent)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     notes = topic_settings(settings)
     ensure_topic(notes)
-    consumer = Consumer({**client_settings(notes), "group.id": f"gtidsnap-wait-{time.time_ns()}"})
+    consumer = _reader(notes)
     try:
         meta = consumer.list_topics(notes.topic, timeout=timeout_s).topics[notes.topic]
         return {
@@ -251,11 +247,10 @@ def follow(
 ) -> Iterator[dict[str, Any]]:
     """The notifications answering ``signal_id``, from offsets ``start`` on, until its last one (see
     :func:`final`); raises TimeoutError after ``timeout_s``."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     notes = topic_settings(settings)
-    consumer = Consumer({**client_settings(notes), "group.id": f"gtidsnap-wait-{time.time_ns()}",
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = _reader(notes)
     consumer.assign([TopicPartition(notes.topic, p, o) for p, o in start.items()])
     deadline = time.monotonic() + timeout_s
     try:
@@ -263,15 +258,34 @@ def follow(
             message = consumer.poll(0.5)
             if message is None or message.error() is not None:
                 continue
-            try:
-                value = json.loads(message.value() or b"")
-            except ValueError:
-                continue
-            data = value.get("additionalData", {}) if isinstance(value, dict) else {}
-            if data.get("signal_id") == signal_id and data.get("connector_name") == settings.connector:
+            value = _json_object(message.value())
+            data = value.get("additionalData", {}) if value is not None else {}
+            if (
+                value is not None
+                and data.get("signal_id") == signal_id
+                and data.get("connector_name") == settings.connector
+            ):
                 yield value
                 if final(kind, value):
                     return
         raise TimeoutError(f"no final notification for signal {signal_id} within {timeout_s:.0f} s")
     finally:
         consumer.close()
+
+
+def _reader(settings: SignalSettings) -> Any:
+    """A consumer of ``settings.topic`` that is assigned its partitions and commits nothing (a group of
+    its own: reading back never moves anyone's offsets)."""
+    from confluent_kafka import Consumer
+
+    group = f"gtidsnap-read-{time.time_ns()}"
+    return Consumer({**client_settings(settings), "group.id": group, "enable.auto.commit": False})
+
+
+def _json_object(raw: bytes | None) -> dict[str, Any] | None:
+    """A message's value as a JSON object; None for anything else (another producer's message)."""
+    try:
+        value = json.loads(raw or b"")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -93,23 +93,20 @@ class Catalog:
         ``AVG_ROW_LENGTH`` (InnoDB: the clustered index's pages over its estimated row count, both from
         sampled statistics; visible with SELECT on the table). None when there is none: 0 (an empty or
         new table, statistics not taken yet), NULL, or no such table."""
-        match, params = _matching([table])
-        rows = self._dicts(
-            f"SELECT AVG_ROW_LENGTH AS n FROM information_schema.TABLES WHERE {match}",
-            params,
-            f"reading the average row length of {table}",
-        )
-        found = int(as_text(rows[0]["n"])) if rows and rows[0]["n"] is not None else 0
-        return found or None
+        return self._table_statistic(table, "AVG_ROW_LENGTH", "the average row length") or None
 
     def estimated_rows(self, table: TableId) -> int | None:
         """The server's estimate of ``table``'s rows (``TABLE_ROWS``: InnoDB's is sampled, often off by
         tens of percent), for a snapshot's progress and ETA; None when there is none."""
+        return self._table_statistic(table, "TABLE_ROWS", "the estimated row count")
+
+    def _table_statistic(self, table: TableId, column: str, what: str) -> int | None:
+        """One number column of ``information_schema.TABLES`` for ``table`` (None: NULL or no such table)."""
         match, params = _matching([table])
         rows = self._dicts(
-            f"SELECT TABLE_ROWS AS n FROM information_schema.TABLES WHERE {match}",
+            f"SELECT {column} AS n FROM information_schema.TABLES WHERE {match}",
             params,
-            f"reading the estimated row count of {table}",
+            f"reading {what} of {table}",
         )
         return int(as_text(rows[0]["n"])) if rows and rows[0]["n"] is not None else None
 
