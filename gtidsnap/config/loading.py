@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ from gtidsnap.config.settings import (
     SourceSection,
     parse_table_name,
     show_value,
+    split_address,
     table_id_of,
 )
 from gtidsnap.config.sources import Layer, Origin, Origins, env_layer, file_layer, flag_layer, problem_line
@@ -122,7 +123,7 @@ class SnapshotSettings:
 class Config:
     """Everything a run needs, validated; the defaults are the models'."""
 
-    source: ConnectionSettings
+    source: ConnectionSettings  # the preferred replica: the first of ``replicas``
     tables: tuple[TableId, ...] = ()
     surrogate_keys: Mapping[TableId, tuple[str, ...]] = field(default_factory=dict)
     snapshot: SnapshotSettings = SnapshotSettings()
@@ -133,6 +134,15 @@ class Config:
     checkpoint_interval_s: float = DEFAULT_SETTINGS.checkpoint.interval_s
     signals: SignalSettings = DEFAULT_SETTINGS.signals
     metrics: MetricsSection = DEFAULT_SETTINGS.metrics
+    # source.hosts: every replica a run may use, in order of preference (empty: ``source`` alone)
+    other_replicas: tuple[ConnectionSettings, ...] = ()
+    retry_for_s: float = DEFAULT_SETTINGS.source.retry_for_s
+    catch_up_timeout_s: float = DEFAULT_SETTINGS.source.catch_up_timeout_s
+
+    @property
+    def replicas(self) -> tuple[ConnectionSettings, ...]:
+        """The replicas a run may read, the preferred first."""
+        return (self.source, *self.other_replicas)
 
 
 def load_config(
@@ -179,6 +189,7 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         connect_timeout=src.connect_timeout_s,
         statement_timeout=src.statement_timeout_s,
     )
+    replicas = _replicas(source, src, origins)
     sink = settings.sink
     if sink.type == "delta" and sink.mirror == "job":
         for name, value in (
@@ -203,7 +214,10 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         )
     capture = settings.capture
     return Config(
-        source=source,
+        source=replicas[0],
+        other_replicas=replicas[1:],
+        retry_for_s=src.retry_for_s,
+        catch_up_timeout_s=src.catch_up_timeout_s,
         tables=tuple(dict.fromkeys(table_id_of(t) for t in capture.tables)),
         surrogate_keys={table_id_of(t): tuple(cols) for t, cols in capture.surrogate_keys.items()},
         snapshot=SnapshotSettings(
@@ -220,6 +234,25 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         signals=settings.signals,
         metrics=settings.metrics,
     )
+
+
+def _replicas(
+    source: ConnectionSettings, src: SourceSection, origins: Origins
+) -> tuple[ConnectionSettings, ...]:
+    """``source.hosts`` as connection settings (same account and TLS), or ``source`` alone; hosts given
+    beside an explicit host or port are refused: which one wins would be a guess."""
+    if not src.hosts:
+        return (source,)
+    for key in ("host", "port"):
+        origin = origins.get(("source", key))
+        if origin is not None:
+            hosts = origins[("source", "hosts")].where("source.hosts")
+            raise ConfigError(
+                f"{origin.where('source.' + key)} and {hosts} are both set: give the replicas as "
+                "source.hosts alone (HOST:PORT each, the first preferred), or one replica as host and port"
+            )
+    addresses = [split_address(h) for h in dict.fromkeys(src.hosts)]
+    return tuple(replace(source, host=host, port=port) for host, port in addresses)
 
 
 def _password(src: SourceSection, env: Mapping[str, str], origins: Origins) -> Secret:

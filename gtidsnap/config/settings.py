@@ -112,6 +112,20 @@ def _readable_ca(value: str) -> str:
     return value
 
 
+def split_address(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets) as host and port; ValueError names what is wrong."""
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:3306)")
+    return host, int(port)
+
+
+def _replica_address(value: str) -> str:
+    split_address(value)
+    return value
+
+
 def _lower(value: Any) -> Any:
     """Choices are case-insensitive; other types pass through to be refused by strict validation."""
     return value.lower() if isinstance(value, str) else value
@@ -158,6 +172,25 @@ class SourceSection(_Section):
         gt=0,
         le=_PYMYSQL_MAX_CONNECT_TIMEOUT_S,
         description="seconds to wait for a connection to the replica",
+    )
+    hosts: list[Annotated[str, AfterValidator(_replica_address)]] = Field(
+        default_factory=list,
+        description="replicas of one primary as HOST:PORT, the first preferred; a run moves to the next "
+        "that can serve its checkpoint when one is lost (empty: host and port)",
+    )
+    retry_for_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="seconds a lost replica is tried again before the next of hosts is (with one host: "
+        "before the run fails)",
+    )
+    catch_up_timeout_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="seconds to wait for a replica behind the checkpoint to catch up before the next of "
+        "hosts is tried",
     )
     statement_timeout_s: float = Field(
         default=_CONNECTION_DEFAULTS["statement_timeout"],

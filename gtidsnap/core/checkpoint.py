@@ -5,8 +5,9 @@ replaced atomically (:mod:`gtidsnap.engine.checkpoint_store`). A crash before th
 previous checkpoint, whose sink position is older: the sink drops the extra output on restart and
 the stream replays it from the checkpoint's GTID set. Nothing is lost, nothing is doubled.
 
-A checkpoint is only continued on a replica that can continue it (:func:`resume_problem`): the same
-flavour, every transaction it processed executed there, and none of those it still needs purged.
+A checkpoint is only continued on a replica that can continue it (:func:`resume_problem`, by
+:mod:`gtidsnap.core.replica_choice`): the same flavour, every transaction it processed applied there,
+and none of those it still needs purged.
 Anything else (another server, a rebuilt replica, a hand-edited file) would resume silently at a
 wrong place, so it stops with what happened and what to do. A file that is not a checkpoint (a folder,
 not JSON, a JSON array, a field of the wrong type) is a :class:`CheckpointError` naming the problem.
@@ -15,21 +16,42 @@ not JSON, a JSON array, a field of the wrong type) is a :class:`CheckpointError`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, get_args
 
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.json_fields import typed_field
 from gtidsnap.core.model import Flavor
 from gtidsnap.core.plan import SnapshotContext
+from gtidsnap.core.replica_choice import Behind, Refused, ReplicaPosition, judge, short
 from gtidsnap.core.signal_ledger import SignalLedger
 
 FORMAT_VERSION = 1
 MAX_RECORD_SEQ = 2**63 - 1  # the greatest sequence number: Delta's _seq is a LONG
 FLAVORS: tuple[str, ...] = get_args(Flavor)
-START_OVER = (
-    "to start over, move the checkpoint and the output away (or point checkpoint.path and sink.path "
-    "elsewhere) and snapshot the tables again"
-)
+
+
+@dataclass(frozen=True)
+class ReplicaInUse:
+    """Which replica the run that wrote a checkpoint read, since when (UTC, ISO 8601) and why that one,
+    for ``status`` and the log; never read back to decide anything."""
+
+    where: str
+    since: str
+    why: str
+
+    @classmethod
+    def now(cls, where: str, why: str) -> ReplicaInUse:
+        return cls(where, datetime.now(UTC).isoformat(timespec="seconds"), why)
+
+    def to_json(self) -> dict[str, str]:
+        return {"where": self.where, "since": self.since, "why": self.why}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ReplicaInUse | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(*(str(data.get(k, "")) for k in ("where", "since", "why")))
 
 
 @dataclass(frozen=True)
@@ -42,9 +64,11 @@ class Checkpoint:
     sink_position: Any
     context: SnapshotContext = field(default_factory=SnapshotContext)
     signals: SignalLedger = field(default_factory=SignalLedger)
+    replica: ReplicaInUse | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        extra = {"replica": self.replica.to_json()} if self.replica is not None else {}
+        return extra | {
             "format": FORMAT_VERSION,
             "flavor": self.flavor,
             "processed": str(self.processed),
@@ -83,40 +107,25 @@ class Checkpoint:
             sink_position=data.get("sink_position"),
             context=context,
             signals=SignalLedger.from_json(typed_field(data, "signals", dict, {})),
+            replica=ReplicaInUse.from_json(data.get("replica")),
         )
 
 
 def resume_problem(
     checkpoint: Checkpoint, flavor: str, executed: GtidSet, purged: GtidSet, where: str
 ) -> str | None:
-    """Why the replica at ``where`` cannot continue ``checkpoint`` (None: it can).
-
-    ``executed`` is the replica's executed set now; ``purged`` the transactions its binlog no longer
-    holds (MySQL ``gtid_purged``; on MariaDB the position where its oldest binlog starts). Pure."""
-    if checkpoint.flavor != flavor:
+    """Why the replica at ``where`` cannot continue ``checkpoint`` now (None: it can), by
+    :func:`gtidsnap.core.replica_choice.judge`. ``executed`` is what the replica has applied (see
+    :class:`~gtidsnap.core.replica_choice.ReplicaPosition`); ``purged`` the transactions its binlog no
+    longer holds. A replica behind the checkpoint gets a line that says so, not advice to start over. Pure."""
+    verdict = judge(checkpoint.flavor, checkpoint.processed, ReplicaPosition(where, flavor, executed, purged))
+    if isinstance(verdict, Refused):
+        return verdict.reason
+    if isinstance(verdict, Behind):
         return (
-            f"the checkpoint was written for a {checkpoint.flavor} source but {where} is {flavor}: "
-            f"it belongs to another server; {START_OVER}"
-        )
-    processed = checkpoint.processed
-    if not processed <= executed:
-        unknown = processed - executed
-        return (
-            f"the checkpoint has processed transactions that {where} has not executed ({_short(unknown)}): "
-            "it was written against another server, or the replica was rebuilt or reset since; "
-            f"continuing would skip or repeat changes; {START_OVER}"
-        )
-    needed = executed - processed
-    lost = needed - (needed - purged)
-    if lost:
-        return (
-            f"{where} has purged binlogs that hold transactions the checkpoint has not streamed yet "
-            f"({_short(lost)}): those changes can no longer be read; keep binlogs longer "
-            f"(binlog_expire_logs_seconds / expire_logs_days) and {START_OVER}"
+            f"{where} has not executed {verdict.transactions:,} transaction(s) the checkpoint processed "
+            f"({short(verdict.missing)}) yet: it lags behind the replica the checkpoint was written on; "
+            "wait for it to catch up (source.catch_up_timeout_s), or use a replica that has them "
+            "(source.hosts)"
         )
     return None
-
-
-def _short(gtids: GtidSet) -> str:
-    text = str(gtids)
-    return text if len(text) <= 200 else text[:197] + "..."

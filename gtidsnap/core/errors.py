@@ -63,9 +63,11 @@ class PrerequisiteError(GtidsnapError):
 
 
 class SourceError(GtidsnapError):
-    """The replica or its binlog stream failed."""
+    """The replica or its binlog stream failed. ``retried_s``: how long the part that failed had already
+    tried to reach the replica again (a failover need not wait that long a second time)."""
 
     retryable = True
+    retried_s: float = 0.0
 
 
 class QueryError(SourceError):

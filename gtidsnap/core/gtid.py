@@ -167,6 +167,10 @@ class GtidSet(ABC):
         """How many transactions the set holds (e.g. how far a checkpoint is behind a replica)."""
         return sum(end - start + 1 for intervals in self._sets.values() for start, end in intervals)
 
+    def min_per_source(self) -> Mapping[object, int]:
+        """Lowest transaction number per source: where a replica's missing part of a set begins."""
+        return {source: intervals[0][0] for source, intervals in self._sets.items()}
+
     def max_per_source(self) -> Mapping[object, int]:
         """Highest transaction number per source: what a heartbeat is compared against."""
         return {source: intervals[-1][1] for source, intervals in self._sets.items()}

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from gtidsnap.core.checkpoint import START_OVER, Checkpoint, resume_problem
+from gtidsnap.core.checkpoint import Checkpoint, ReplicaInUse, resume_problem
 from gtidsnap.core.errors import CheckpointError
 from gtidsnap.core.ports import CheckpointPort, ReplicaPort, SeqReportingSink, Sink
-from gtidsnap.source.low_watermark import executed_covering
+from gtidsnap.core.replica_choice import START_OVER
+from gtidsnap.source.low_watermark import applied_covering
 
 
 class CheckpointStore:
@@ -66,6 +68,20 @@ class CheckpointStore:
             os.close(dir_fd)
 
 
+class StampingStore:
+    """A checkpoint store that writes which replica the run reads into every checkpoint it saves."""
+
+    def __init__(self, store: CheckpointPort, in_use: ReplicaInUse) -> None:
+        self.store, self.in_use = store, in_use
+        self.path = store.path
+
+    def load(self) -> Checkpoint | None:
+        return self.store.load()
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self.store.save(replace(checkpoint, replica=self.in_use))
+
+
 def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> Checkpoint | None:
     """The checkpoint a run resumes from (None: a first run), once ``replica`` is known to be able to
     continue it (:func:`gtidsnap.core.checkpoint.resume_problem`); otherwise a CheckpointError that
@@ -73,8 +89,8 @@ def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> Check
     checkpoint = store.load()
     if checkpoint is None:
         return None
-    executed = executed_covering(replica, checkpoint.processed)
-    problem = resume_problem(checkpoint, flavor, executed, replica.purged(), replica.describe())
+    applied = applied_covering(replica.applied, checkpoint.processed)
+    problem = resume_problem(checkpoint, flavor, applied, replica.purged(), replica.describe())
     if problem is not None:
         raise CheckpointError(f"checkpoint {store.path} cannot be continued: {problem}")
     return checkpoint

@@ -124,7 +124,7 @@ class Engine:
             self.sink.report_checkpoints()
         if checkpoint is None:
             self.sink.open(None)  # first: what the replica executes while an output opens is not backlog
-            self.processed = self.replica.executed()
+            self.processed = self.replica.applied()  # with domains applied but never logged here
             self.seq = 1
             self.context = SnapshotContext()
             self.signals = SignalLedger()

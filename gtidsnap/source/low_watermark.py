@@ -112,19 +112,19 @@ def _covering(executed: GtidSet, processed: GtidSet) -> GtidSet:
     return executed if processed <= executed else executed | processed
 
 
-def executed_covering(
-    replica: ReplicaPort,
+def applied_covering(
+    read: Callable[[], GtidSet],
     processed: GtidSet,
     timeout_s: float = 5.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> GtidSet:
-    """The executed set, read again for up to ``timeout_s`` while it lacks part of ``processed``: a run
-    that stopped right after streaming a transaction may restart before the replica lists it (MySQL
-    adds a GTID to its executed set after the binlog readers got it). Returns the last read whether it
-    covers ``processed`` or not: the caller says what is wrong."""
-    executed, _ = _poll(replica.executed, lambda e: processed <= e, timeout_s, sleep, clock)
-    return executed
+    """What ``read`` returns (the replica's applied set), read again for up to ``timeout_s`` while it
+    lacks part of ``processed``: a run that stopped right after streaming a transaction may restart
+    before the replica lists it (MySQL adds a GTID to its executed set after the binlog readers got it).
+    Returns the last read whether it covers ``processed`` or not: the caller says what is wrong."""
+    applied, _ = _poll(read, lambda e: processed <= e, timeout_s, sleep, clock)
+    return applied
 
 
 def _poll(

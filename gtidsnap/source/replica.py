@@ -21,7 +21,6 @@ snapshot and nothing else.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -33,19 +32,18 @@ import pymysql.cursors
 from pymysql.connections import MySQLResult
 from pymysql.protocol import MysqlPacket
 
-from gtidsnap.core.errors import ConfigError, PrerequisiteError, QueryError, SchemaError, SourceError
+from gtidsnap.core.errors import PrerequisiteError, QueryError, SchemaError, SourceError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.model import Flavor, TableId
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.source.catalog import Catalog, as_text
 from gtidsnap.source.chunk_sql import chunk_ends_query, chunk_query, max_key_query
-from gtidsnap.source.connection import ConnectionSettings, TlsMode
+from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.preflight import (
     RELEVANT_VARIABLES,
     Problem,
     ReplicaFacts,
     find_problems,
-    parse_version,
     strip_password,
 )
 from gtidsnap.source.result_rows import (
@@ -55,7 +53,8 @@ from gtidsnap.source.result_rows import (
     build_row_parser,
     read_result_rows,
 )
-from gtidsnap.source.server_errors import CR_SSL_CONNECTION_ERROR, Meaning, code_of, is_server_code, meaning
+from gtidsnap.source.server_errors import Meaning, code_of, is_server_code, meaning
+from gtidsnap.source.session import open_session
 
 T = TypeVar("T")
 
@@ -89,66 +88,9 @@ class Replica:
         return Replica(self.settings, self._read_timeout)
 
     def _connect(self) -> pymysql.connections.Connection[Any]:
-        where = self.settings.describe()
-        try:
-            conn = pymysql.connect(
-                **self.settings.pymysql_kwargs(),
-                autocommit=True,
-                charset="utf8mb4",
-                read_timeout=self._read_timeout or None,
-                init_command="SET time_zone = '+00:00'",
-            )
-        except pymysql.err.OperationalError as exc:
-            code = code_of(exc)
-            text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
-            if meaning(code) is Meaning.LOGIN_REFUSED:
-                raise ConfigError(f"the replica {where} refused the login: {text}") from None
-            if code == CR_SSL_CONNECTION_ERROR:
-                raise PrerequisiteError(
-                    [
-                        f"TLS is required but the replica {where} does not offer it: configure TLS on "
-                        "the server, or choose tls=preferred or tls=disabled"
-                    ]
-                ) from None
-            if "CERTIFICATE_VERIFY_FAILED" in text:
-                ca = self.settings.ca or "the system's trusted CAs"
-                raise ConfigError(
-                    f"the TLS certificate of the replica {where} is not signed by {ca}: {text}"
-                ) from None
-            raise SourceError(f"cannot connect to the replica {where}: {text}") from exc
-        if self.settings.tls is TlsMode.REQUIRED:
-            self._check_tls(conn)
-        self._limit_statements(conn)
+        known = (self.flavor, self.version) if hasattr(self, "flavor") else None
+        conn, self.flavor, self.version = open_session(self.settings, self._read_timeout, known)
         return conn
-
-    def _limit_statements(self, conn: pymysql.connections.Connection[Any]) -> None:
-        """Learn the flavour (first connection only) and set the server-side statement time limit."""
-        with conn.cursor() as cur:
-            if not hasattr(self, "flavor"):
-                cur.execute("SELECT VERSION()")
-                row = cur.fetchone()
-                self.flavor, self.version = parse_version(str(row[0] if row else ""))
-            seconds = self.settings.statement_timeout
-            if self.flavor == "mariadb":
-                cur.execute("SET SESSION max_statement_time = %s", [seconds])
-            else:  # milliseconds, SELECTs only (SHOW statements are quick); 0 would mean no limit. And
-                # AVG_ROW_LENGTH as InnoDB has it now, not as cached up to a day ago (MySQL 8.0.3 on).
-                fresh = ", information_schema_stats_expiry = 0" if self.version >= (8, 0, 3) else ""
-                cur.execute(f"SET SESSION max_execution_time = %s{fresh}", [max(1, math.ceil(seconds * 1e3))])
-
-    def _check_tls(self, conn: pymysql.connections.Connection[Any]) -> None:
-        """PyMySQL < 1.2 falls back to plain TCP when the server offers no TLS: refuse that here."""
-        with conn.cursor() as cur:
-            cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
-            row = cur.fetchone()
-        if not row or not row[1]:
-            conn.close()
-            raise PrerequisiteError(
-                [
-                    f"TLS is required but the session with the replica {self.settings.describe()} is "
-                    "not encrypted: configure TLS on the server, or choose tls=preferred or tls=disabled"
-                ]
-            )
 
     def close(self) -> None:
         with self._lock:
@@ -265,6 +207,18 @@ class Replica:
         )
         current, binlog = (str(v) if v is not None else "" for v in (row or (None, None)))
         return parse_gtid_set("mariadb", binlog), parse_gtid_set("mariadb", current)
+
+    def applied(self) -> GtidSet:
+        """Every transaction the replica has applied, logged in its binlog or not: MySQL's executed set;
+        on MariaDB, per domain the newer of ``gtid_binlog_pos`` and ``gtid_slave_pos`` (a replica
+        provisioned from a backup has applied domains its binlog never logged)."""
+        if self.flavor == "mysql":
+            return self.executed()
+        row = self._fetch_one(
+            "SELECT @@global.gtid_binlog_pos, @@global.gtid_slave_pos", [], "reading gtid_slave_pos"
+        )
+        binlog, slave = (str(v) if v is not None else "" for v in (row or (None, None)))
+        return parse_gtid_set("mariadb", binlog) | parse_gtid_set("mariadb", slave)
 
     def purged(self) -> GtidSet:
         """Transactions the replica's binlog no longer holds: MySQL's ``gtid_purged``; on MariaDB the

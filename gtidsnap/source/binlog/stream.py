@@ -242,10 +242,12 @@ class BinlogStream:
         if self._failing_since is None:
             self._failing_since = now
         elif now - self._failing_since > self._retry_for_s:
-            raise SourceError(
+            error = SourceError(
                 f"the binlog stream of {where} failed for {now - self._failing_since:.0f}s; "
                 f"last error: {self._last_error}"
-            ) from exc
+            )
+            error.retried_s = now - self._failing_since
+            raise error from exc
         self._backoff_s = min(5.0, max(0.1, self._backoff_s * 2))
         self._retry_at = now + self._backoff_s
         self.reconnects += 1

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from gtidsnap.core.gtid import GtidSet, MysqlGtidSet
-from gtidsnap.source.low_watermark import FIRST_PAUSE_S, LONGEST_PAUSE_S, LowWatermark, executed_covering
+from gtidsnap.source.low_watermark import FIRST_PAUSE_S, LONGEST_PAUSE_S, LowWatermark, applied_covering
 
 U = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
@@ -95,14 +95,14 @@ class ExecutedOnly:
 
 def test_a_restart_waits_for_the_executed_set_to_list_what_was_streamed() -> None:
     replica, clock = ExecutedOnly(f"{U}:1-7", f"{U}:1-7", f"{U}:1-9"), Clock()
-    got = executed_covering(replica, s(f"{U}:1-9"), sleep=clock.sleep, clock=lambda: clock.now)  # type: ignore[arg-type]
+    got = applied_covering(replica.executed, s(f"{U}:1-9"), sleep=clock.sleep, clock=lambda: clock.now)  # type: ignore[arg-type]
     assert got == s(f"{U}:1-9") and replica.reads == 3
 
 
 def test_a_restart_against_a_replica_that_never_lists_it_gets_the_last_read_after_the_timeout() -> None:
     replica, clock = ExecutedOnly(f"{U}:1-7"), Clock()
-    got = executed_covering(
-        replica,  # type: ignore[arg-type]
+    got = applied_covering(
+        replica.executed,
         s(f"{U}:1-9"),
         timeout_s=2.0,
         sleep=clock.sleep,
