@@ -229,7 +229,8 @@ def test_a_snapshot_whose_replica_is_killed_finishes_on_the_next_into_delta(
     for t in TABLES:
         create_table(pair, db, t, 2000)
     wait_replica2(pair)
-    settings = {"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20", "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100"}  # checkpoints often
+    settings = {"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20", "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100"}
+    # batches (and checkpoints) every half second
     settings |= {"GTIDSNAP_SINK_BATCH_MS": "500", "GTIDSNAP_SINK_SNAPSHOT_BATCH_MS": "500"}
     cli = FailoverDeltaCli(pair, db, tmp_path, settings)
     writer = Writer(pair, db, list(TABLES), seed=28, transactions=100_000, pause_s=0.004).start()
