@@ -534,3 +534,46 @@ def test_spark_reader_pool_needs_readers(tmp_path: Path) -> None:
         load_config(write(tmp_path, spark), {"GTIDSNAP_SNAPSHOT_READERS": "0"})
     with pytest.raises(ConfigError, match=r"snapshot\.reader_pool"):
         load_config(write(tmp_path, '[snapshot]\nreader_pool = "threads"\n'), {})
+
+
+def test_source_hosts_are_the_replicas_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[source]\nhosts = ["10.0.0.2:3306", "[::1]:3307", "10.0.0.2:3306"]\nuser = "u"\ntls = "preferred"\n'
+    )
+    cfg = load_config(path, env={})
+    assert [(r.host, r.port) for r in cfg.replicas] == [("10.0.0.2", 3306), ("::1", 3307)]
+    assert cfg.source == cfg.replicas[0] and all(
+        r.user == "u" and r.tls is TlsMode.PREFERRED for r in cfg.replicas
+    )
+    assert cfg.retry_for_s == 30.0 and cfg.catch_up_timeout_s == 60.0
+
+
+def test_source_hosts_from_the_environment() -> None:
+    cfg = load_config(env={"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1:33063, 127.0.0.1:33062"})
+    assert [r.port for r in cfg.replicas] == [33063, 33062]
+
+
+def test_one_host_is_the_only_replica() -> None:
+    cfg = load_config(env={"GTIDSNAP_SOURCE_HOST": "10.0.0.9"})
+    assert [(r.host, r.port) for r in cfg.replicas] == [("10.0.0.9", 3306)]
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        ({"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1"}, ["GTIDSNAP_SOURCE_HOSTS", "'127.0.0.1' is not HOST:PORT"]),
+        ({"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1:0"}, ["is not HOST:PORT"]),
+        ({"GTIDSNAP_SOURCE_HOSTS": "3306"}, ["'3306' is not HOST:PORT"]),
+        (
+            {"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1:3306", "GTIDSNAP_SOURCE_PORT": "3307"},
+            ["GTIDSNAP_SOURCE_PORT and GTIDSNAP_SOURCE_HOSTS are both set"],
+        ),
+        ({"GTIDSNAP_SOURCE_RETRY_FOR_S": "0"}, ["GTIDSNAP_SOURCE_RETRY_FOR_S must be more than 0"]),
+        ({"GTIDSNAP_SOURCE_CATCH_UP_TIMEOUT_S": "-1"}, ["GTIDSNAP_SOURCE_CATCH_UP_TIMEOUT_S must be from 0"]),
+    ],
+)
+def test_bad_replica_settings_are_named(env: dict[str, str], fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(env=env)
+    assert all(f in str(raised.value) for f in fragments), str(raised.value)
