@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -68,15 +69,17 @@ def build_engine(
     spark_factory: Callable[[], SparkSession] | None = None,
     notifier: Notifier | None = None,
     in_use: ReplicaInUse | None = None,
+    opened: list[BinlogStream] | None = None,
 ) -> Engine:
     """An engine reading ``replica`` and its binlog, writing ``config.sink``, checkpointing to disk.
     ``on_started`` is e.g. a :class:`SignalHook` (:func:`run_engine` adds one when signals are set);
     ``spark_factory`` replaces the Delta sink's own SparkSession (tests pass theirs); ``notifier``
     sends the outbox of each checkpoint saved to the notifications topic; ``in_use`` is written into
-    each checkpoint (which replica, since when, why), for ``status``."""
+    each checkpoint (which replica, since when, why), for ``status``; ``opened`` gets each binlog
+    stream the engine opens."""
 
     def open_stream(start: GtidSet, schema_of: Callable[[TableId], TableSchema | None]) -> BinlogStream:
-        return BinlogStream(
+        stream = BinlogStream(
             config.source,
             replica.flavor,
             start,
@@ -85,6 +88,9 @@ def build_engine(
             server_id=config.server_id or None,
             retry_for_s=config.retry_for_s,
         )
+        if opened is not None:
+            opened.append(stream)
+        return stream
 
     surrogate_keys = dict(config.surrogate_keys)
     store: CheckpointPort = CheckpointStore(config.checkpoint_path)
@@ -289,9 +295,15 @@ def _run_engine(
 
     monitoring: Monitoring | None = None
     try:
-        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier, in_use)
+        opened: list[BinlogStream] = []
+        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier, in_use, opened)
         monitoring = Monitoring(config, replica, engine) if config.metrics.listen else None
-        return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
+        try:
+            return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
+        except SourceError as exc:  # how long the replica was failing: its stream knows best
+            since = [s.failing_since for s in opened if s.failing_since is not None]
+            exc.retried_s = max([exc.retried_s, *(time.monotonic() - t for t in since)])
+            raise
     finally:
         gc.unfreeze()  # a process that runs engines again (tests, an embedding) frees what a run held
         if hook is not None:

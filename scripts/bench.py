@@ -28,6 +28,10 @@ DATETIME, DECIMAL(12,2), TEXT) in the database ``bench`` (loaded once, reused):
      readers against the bare keyset scan, then 2 readers while a writer inserts 2,000 rows/s into a
      second captured table: the stream's lag (source commit to the line in the output), p50/p99, and
      the snapshot's rate against its rate with no writer (scripts/bench_lib/parallel.py).
+  h. failover: a snapshot into JSON lines and into Delta on ``source.hosts`` (the second replica, then
+     the first) under the ~1,000 rows/s writer; the second replica's server killed (SIGKILL) once a
+     tenth of the table is read: seconds from the kill to the run continuing on the first replica and
+     to its first checkpoint there, against ``source.retry_for_s`` + 5 s (scripts/bench_lib/failover.py).
 
 Every limit is measured in the same run, right before and after what it is compared with (the
 machine is shared and noisy). Asserts nothing: the figures go to ``--out``/bench-<label>.json (and
@@ -54,7 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_lib import env, latency, parallel, pauses, report, snapshot, streaming
+from bench_lib import env, failover, latency, parallel, pauses, report, snapshot, streaming
 from bench_lib.context import WRITER_RATE, Context, stop_spark
 from bench_lib.tables import ensure_table
 
@@ -70,6 +74,7 @@ MEASURES: dict[str, Callable[[Context], dict[str, Any]]] = {
     "e": snapshot.measure_e,
     "f": latency.measure_f,
     "g": parallel.measure_g,
+    "h": failover.measure_h,
 }
 
 
@@ -108,7 +113,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--big-rows", type=int, default=5_000_000, help="rows of the second table of e.")
     ap.add_argument("--flavors", default="mariadb,mysql", type=lambda t: _list(t, env.FLAVORS, "flavours"))
-    ap.add_argument("--only", default="abcdefg", type=_parts, help="parts to run, e.g. a,c (default: all)")
+    ap.add_argument("--only", default="abcdefgh", type=_parts, help="parts to run, e.g. a,c (default: all)")
     ap.add_argument(
         "--chunk-size", type=int, default=int(DEFAULTS["snapshot"]["chunk_size"]), help="rows per chunk"
     )
@@ -178,7 +183,7 @@ def measure(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     }
     for f, ctx in contexts.items():  # the big tables first: loading them is slow, and reused next time
         t0 = time.monotonic()
-        if set(a.only) & set("aceg"):  # the parts that read the --rows table
+        if set(a.only) & set("acegh"):  # the parts that read the --rows table
             ensure_table(ctx.pair, ctx.table, ctx.rows)
         if "e" in a.only:
             ensure_table(ctx.pair, ctx.big_table, ctx.big_rows)

@@ -44,6 +44,7 @@ MARKERS = {
     "sink_open": re.compile(r"Delta sink at .* open"),
     "snapshots_done": re.compile(r"snapshots done; streaming up to"),
     "done": re.compile(r"^done: "),
+    "continued": re.compile(r"gtidsnap\.runner: continuing on "),  # after a replica was lost
 }
 _DONE = re.compile(
     r"done: (?P<records>[\d,]+) records \((?P<rows>[\d,]+) snapshot rows in (?P<chunks>[\d,]+) chunks\) "

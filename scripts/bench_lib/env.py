@@ -27,6 +27,7 @@ _PORTS = {
     "mariadb": ("MARIADB_PRIMARY_PORT", 33061, "MARIADB_REPLICA_PORT", 33062),
     "mysql": ("MYSQL_PRIMARY_PORT", 33071, "MYSQL_REPLICA_PORT", 33072),
 }
+_SECOND_REPLICA = {"mariadb": ("MARIADB_REPLICA2_PORT", 33063), "mysql": ("MYSQL_REPLICA2_PORT", 33073)}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class Pair:
     def of(cls, flavor: str) -> Pair:
         p_env, p_default, r_env, r_default = _PORTS[flavor]
         return cls(flavor, int(os.environ.get(p_env, p_default)), int(os.environ.get(r_env, r_default)))
+
+    @property
+    def replica2_port(self) -> int:
+        """The second replica of the same primary (the failover measurement kills it)."""
+        name, default = _SECOND_REPLICA[self.flavor]
+        return int(os.environ.get(name, default))
 
     @property
     def replica_address(self) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-PARTS = "abcdefg"
+PARTS = "abcdefgh"
 NAMES = {"mariadb": "MariaDB", "mysql": "MySQL"}
 ARROW, MINUS, TIMES, DASH = "\u2192", "\u2212", "\u00d7", "\u2013"
 LE, CHECK, CROSS = "\u2264", "\u2713", "\u2717"
@@ -234,7 +234,24 @@ def _rows(result: dict[str, Any]) -> list[Row]:
             "stream lag p50 / p99 s",
             get("g", _under_writer_cell),
         ),
+        *[
+            (
+                f"h. replica killed mid-snapshot {ARROW} {name}: s to continuing on the next / to its first "
+                "checkpoint there (target: retry_for_s + 5)",
+                get("h", lambda p, sink=sink: _failover_cell(p, sink)),
+            )
+            for sink, name in (("jsonl", "JSON lines"), ("delta", "Delta"))
+        ],
     ]
+
+
+def _failover_cell(part: dict[str, Any], sink: str) -> str:
+    one = part.get(sink)
+    if not isinstance(one, dict):
+        return DASH
+    target = part["target_s"]
+    mark = "" if one["first_checkpoint_s"] <= target else " (over)"
+    return f"{_num(one['continued_s'], 1)} / {_num(one['first_checkpoint_s'], 1)} of {_num(target, 0)}{mark}"
 
 
 def _by_readers(part: dict[str, Any], n: str) -> str:

@@ -74,10 +74,18 @@ def merge_newest(spark: SparkSession, path: str, source: DataFrame, condition: S
     )
 
 
+_WARMED: set[str] = set()  # Spark applications whose JVM made its first Delta writes already
+
+
 def warm_up(spark: SparkSession, path: str) -> None:
     """One small Delta table created and appended to at ``path``: a JVM's first Delta writes cost it
     seconds of class loading and compiling, paid here when the sink opens rather than by the first
-    batch, which the snapshot would wait for."""
+    batch, which the snapshot would wait for. Once per JVM: a sink opened again in the same process
+    (after a replica was lost, say) does not pay it again."""
+    application = spark.sparkContext.applicationId
+    if application in _WARMED:
+        return
+    _WARMED.add(application)
     frame = spark.range(16).selectExpr("id", "CAST(id AS STRING) AS s", "CAST(id AS TIMESTAMP) AS ts")
     frame.write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
     frame.write.format("delta").mode("append").option("userMetadata", "{}").save(path)

@@ -112,6 +112,11 @@ class BinlogStream:
         return self._translator.processed
 
     @property
+    def failing_since(self) -> float | None:
+        """When (``time.monotonic``) the failure being retried began; None while the stream runs."""
+        return self._failing_since
+
+    @property
     def server_id(self) -> int:
         """The replica server id this stream registers with (random unless given)."""
         return self._server_id
