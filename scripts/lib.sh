@@ -51,3 +51,29 @@ stop_pid() {
 
 # mvn_quiet ARGS... -> Maven in batch mode, reusing ~/.m2
 mvn_quiet() { mvn -B -q -ntp "$@"; }
+
+# tls_files -> a CA, a server certificate for 127.0.0.1 (IP only) and a client certificate (CN gtidsnap)
+# under $STATE_DIR/tls, made once with openssl; the second replicas serve TLS with them (TLS tests)
+TLS_DIR="$STATE_DIR/tls"
+tls_files() {
+  [[ -s "$TLS_DIR/client-key.pem" ]] && return 0
+  command -v openssl >/dev/null || die "openssl is needed to make the test certificates"
+  local tmp="$TLS_DIR.tmp"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  (
+    cd "$tmp"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=gtidsnap test CA" \
+      -keyout ca-key.pem -out ca.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=gtidsnap test server" -keyout server-key.pem \
+      -out server.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile server.ext -out server-cert.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=gtidsnap" -keyout client-key.pem -out client.csr 2>/dev/null
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -out client-cert.pem 2>/dev/null
+    rm -f ./*.csr ./*.ext ./*.srl
+    chmod 644 ./*.pem
+  ) || die "making the test certificates in $tmp failed"
+  rm -rf "$TLS_DIR"; mv "$tmp" "$TLS_DIR"
+}

@@ -32,12 +32,17 @@ start_node() {
     mariadb-install-db --no-defaults --datadir="$d/data" --user=root --auth-root-authentication-method=socket --skip-test-db \
       >"$d/install.log" 2>&1 || die "mariadb-install-db failed for $node; see $d/install.log"
   fi
+  local tls=()
+  if [[ $node == replica2 ]]; then  # serves TLS with the harness's certificates (tests of source.tls)
+    tls_files
+    tls=(--ssl-ca="$TLS_DIR/ca.pem" --ssl-cert="$TLS_DIR/server-cert.pem" --ssl-key="$TLS_DIR/server-key.pem")
+  fi
   log "mariadb-$node: starting on 127.0.0.1:${PORT[$node]}"
   nohup mariadbd --no-defaults --datadir="$d/data" --socket="$d/mysqld.sock" --pid-file="$d/mysqld.pid" \
     --port="${PORT[$node]}" --bind-address=127.0.0.1 --user=root --server-id="${SERVER_ID[$node]}" \
     --log-bin="$d/data/binlog" --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL \
     --gtid-strict-mode=1 --log-slave-updates=1 --skip-name-resolve --innodb-buffer-pool-size=256M \
-    --max-connections=300 --log-error="$d/error.log" >"$d/stdout.log" 2>&1 &
+    --max-connections=300 --log-error="$d/error.log" "${tls[@]}" >"$d/stdout.log" 2>&1 &
   echo $! >"$d/mysqld.pid"
   wait_port "${PORT[$node]}" 60 "$d/error.log"
 }

@@ -163,6 +163,9 @@ mysqld_args() {
     --sync-binlog=0
     --innodb-flush-log-at-trx-commit=2
   )
+  if [[ $role == replica2 ]]; then  # serves TLS with the harness's certificates (tests of source.tls)
+    args+=(--ssl-ca="$TLS_DIR/ca.pem" --ssl-cert="$TLS_DIR/server-cert.pem" --ssl-key="$TLS_DIR/server-key.pem")
+  fi
   printf '%s\n' "${args[@]}"
 }
 
@@ -193,6 +196,7 @@ launch() {
   rm -f "$pidfile" "$(role_sock "$role")" "$(role_sock "$role").lock"
   init_datadir "$role"
   log "mysql-$role: starting on 127.0.0.1:$port (log $logfile)"
+  [[ $role == replica2 ]] && tls_files
   local -a args; mapfile -t args < <(mysqld_args "$role")
   setsid "$MYSQLD" "${args[@]}" </dev/null >>"$dir/mysqld.out" 2>&1 &
   pid=$!

@@ -76,12 +76,9 @@ from gtidsnap.config.settings import (
     SinkSettings,
     SnapshotSection,
     SourceSection,
-    parse_table_name,
-    show_value,
-    split_address,
-    table_id_of,
 )
 from gtidsnap.config.sources import Layer, Origin, Origins, env_layer, file_layer, flag_layer, problem_line
+from gtidsnap.config.values import parse_table_name, show_value, split_address, table_id_of
 from gtidsnap.core.errors import ConfigError
 from gtidsnap.core.model import TableId
 from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
@@ -173,11 +170,21 @@ def load_config(
 def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Config:
     src = settings.source
     tls = TlsMode(src.tls)
-    if tls is TlsMode.REQUIRED and not src.ca:
-        origin = origins.get(("source", "tls"), Origin("default"))
+    origin = origins.get(("source", "tls"), Origin("default"))
+    if tls.verifies and not src.ca:
         raise ConfigError(
             f"{origin.assigned('source.tls', src.tls)} needs source.ca, "
             "the CA certificate file that signed the server's certificate"
+        )
+    if (src.cert or src.key) and not tls.verifies:
+        raise ConfigError(
+            f"source.cert and source.key (a client certificate) need source.tls = required or "
+            f"verify_identity, not {origin.assigned('source.tls', src.tls)}"
+        )
+    if bool(src.cert) != bool(src.key):
+        given, missing = ("cert", "key") if src.cert else ("key", "cert")
+        raise ConfigError(
+            f"source.{given} is set but source.{missing} is not: a client certificate needs both"
         )
     source = ConnectionSettings(
         host=src.host,
@@ -186,6 +193,8 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         password=_password(src, env, origins),
         tls=tls,
         ca=Path(src.ca) if src.ca else None,
+        cert=Path(src.cert) if src.cert else None,
+        key=Path(src.key) if src.key else None,
         connect_timeout=src.connect_timeout_s,
         statement_timeout=src.statement_timeout_s,
     )

@@ -12,15 +12,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from gtidsnap.core.errors import ConfigError
-from gtidsnap.core.model import SYSTEM_SCHEMAS, TableId
+from gtidsnap.config.values import (
+    check_table_name,
+    distinct_columns,
+    listen_address,
+    lower,
+    readable_ca,
+    replica_address,
+)
 from gtidsnap.source.connection import ConnectionSettings
 
 """Schemas gtidsnap never captures (compared in lower case): the server's own bookkeeping."""
 
 ENV_PREFIX = "GTIDSNAP_"
 PASSWORD_ENV = "GTIDSNAP_SOURCE_PASSWORD"  # the one setting that lives outside the models (a secret)
-_SHOW_MAX = 80  # longest value quoted in an error
 
 # Defaults a ConnectionSettings built in code gets too: read from it, so they are written once.
 _CONNECTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ConnectionSettings)}
@@ -53,88 +58,10 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def show_value(value: Any) -> str:
-    """A value for an error message: its repr (one line), cut to ~80 characters."""
-    text = repr(value)
-    return text if len(text) <= _SHOW_MAX else text[: _SHOW_MAX - 3] + "..."
-
-
-def plain_name(text: str) -> str:
-    """A name as users write it, quoted only when it would not read as one short line."""
-    return text if text.isprintable() and len(text) <= _SHOW_MAX else show_value(text)
-
-
-# --------------------------------------------------------------------------- table names
-
-
-def table_id_of(text: str) -> TableId:
-    """``schema.table``, both parts non-empty and not a system schema; ValueError says what is wrong."""
-    schema, dot, name = text.partition(".")
-    if not dot or not schema or not name:
-        raise ValueError(f"table {show_value(text)} must be written schema.table")
-    if schema.lower() in SYSTEM_SCHEMAS:
-        raise ValueError(
-            f"{plain_name(text)} is in the system schema {plain_name(schema)}, "
-            "which gtidsnap does not capture"
-        )
-    return TableId(schema, name)
-
-
-def parse_table_name(text: str, where: str) -> TableId:
-    """A configured table name, refused (ConfigError prefixed by ``where``) when malformed or system."""
-    try:
-        return table_id_of(text)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
-def _check_table_name(text: str) -> str:
-    table_id_of(text)
-    return text
-
-
-def _distinct_columns(columns: list[str]) -> list[str]:
-    """A key that names a column twice is a typo, not a key."""
-    for i, column in enumerate(columns):
-        if column in columns[:i]:
-            raise ValueError(f"the key names column {plain_name(column)} twice")
-    return columns
-
-
-def _readable_ca(value: str) -> str:
-    """An unreadable CA file would otherwise surface as an SSL traceback at the first connect."""
-    if value:
-        try:
-            with open(value, "rb"):
-                pass
-        except OSError as exc:
-            raise ValueError(f"the CA file {show_value(value)} cannot be read: {exc.strerror}") from None
-    return value
-
-
-def split_address(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (an IPv6 host in brackets) as host and port; ValueError names what is wrong."""
-    host, sep, port = value.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:3306)")
-    return host, int(port)
-
-
-def _replica_address(value: str) -> str:
-    split_address(value)
-    return value
-
-
-def _lower(value: Any) -> Any:
-    """Choices are case-insensitive; other types pass through to be refused by strict validation."""
-    return value.lower() if isinstance(value, str) else value
-
-
-TableName = Annotated[str, AfterValidator(_check_table_name)]
+TableName = Annotated[str, AfterValidator(check_table_name)]
 ColumnName = Annotated[str, Field(min_length=1)]
-SurrogateKey = Annotated[list[ColumnName], Field(min_length=1), AfterValidator(_distinct_columns)]
-TlsName = Literal["disabled", "preferred", "required"]
+SurrogateKey = Annotated[list[ColumnName], Field(min_length=1), AfterValidator(distinct_columns)]
+TlsName = Literal["disabled", "preferred", "required", "verify_identity"]
 SinkType = Literal["jsonl", "delta"]
 MirrorKeeper = Literal["gtidsnap", "job"]
 ReaderPool = Literal["processes", "spark"]
@@ -159,13 +86,21 @@ class SourceSection(_Section):
         default="",
         description=f"a file holding the password ({PASSWORD_ENV} wins; empty: no file)",
     )
-    tls: Annotated[TlsName, BeforeValidator(_lower)] = Field(
+    tls: Annotated[TlsName, BeforeValidator(lower)] = Field(
         default=_CONNECTION_DEFAULTS["tls"].value,
-        description="disabled: plain TCP; preferred: TLS if offered, unverified; required: verified by ca",
+        description="disabled: plain TCP; preferred: TLS if offered, unverified; required: verified by ca; "
+        "verify_identity: required, and the certificate must name the host",
     )
-    ca: Annotated[str, AfterValidator(_readable_ca)] = Field(
+    ca: Annotated[str, AfterValidator(readable_ca)] = Field(
         default="",
-        description="the CA certificate file that signed the server's certificate (needed by tls=required)",
+        description="the CA certificate file that signed the server's certificate (needed by tls=required "
+        "and verify_identity)",
+    )
+    cert: Annotated[str, AfterValidator(readable_ca)] = Field(
+        default="", description="a client certificate file, for an account that REQUIRE X509 (with key)"
+    )
+    key: Annotated[str, AfterValidator(readable_ca)] = Field(
+        default="", description="the client certificate's private key file (with cert)"
     )
     connect_timeout_s: float = Field(
         default=_CONNECTION_DEFAULTS["connect_timeout"],
@@ -173,7 +108,7 @@ class SourceSection(_Section):
         le=_PYMYSQL_MAX_CONNECT_TIMEOUT_S,
         description="seconds to wait for a connection to the replica",
     )
-    hosts: list[Annotated[str, AfterValidator(_replica_address)]] = Field(
+    hosts: list[Annotated[str, AfterValidator(replica_address)]] = Field(
         default_factory=list,
         description="replicas of one primary as HOST:PORT, the first preferred; a run moves to the next "
         "that can serve its checkpoint when one is lost (empty: host and port)",
@@ -239,7 +174,7 @@ class SnapshotSection(_Section):
         f"{MAX_DEFAULT_READERS}; "
         "with reader_pool = spark: splits read at once by Spark's executors",
     )
-    reader_pool: Annotated[ReaderPool, BeforeValidator(_lower)] = Field(
+    reader_pool: Annotated[ReaderPool, BeforeValidator(lower)] = Field(
         default="processes",
         description="where chunks are read: processes (local reader processes) or spark (each chunk "
         "a Spark task on sink.spark_master's executors; make chunk_size large, e.g. 100000)",
@@ -263,7 +198,7 @@ class BinlogSection(_Section):
 class SinkSettings(_Section):
     """``[sink]``: where records go (also the settings object the sinks receive)."""
 
-    type: Annotated[SinkType, BeforeValidator(_lower)] = Field(
+    type: Annotated[SinkType, BeforeValidator(lower)] = Field(
         default="jsonl", description="jsonl: one JSON object per line; delta: Delta Lake tables"
     )
     path: str = Field(
@@ -330,7 +265,7 @@ class SinkSettings(_Section):
         "large mirror then costs what it changes, not the files it touches (a JVM's first such MERGE "
         "costs seconds more; readers need Delta's deletionVectors feature: Delta 2.3+, delta-rs, Trino)",
     )
-    mirror: Annotated[MirrorKeeper, BeforeValidator(_lower)] = Field(
+    mirror: Annotated[MirrorKeeper, BeforeValidator(lower)] = Field(
         default="gtidsnap",
         description="delta: who writes the mirror tables: gtidsnap, or job (spark/mirror_job.py on any "
         "Spark cluster merges them from the changelogs; gtidsnap writes the changelogs only)",
@@ -359,20 +294,10 @@ class SignalSettings(_Section):
     )
 
 
-def _listen_address(value: str) -> str:
-    """``HOST:PORT`` (an IPv6 host in brackets), or empty: a bare port would be taken for a host name."""
-    if not value:
-        return value
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9108)")
-    return value
-
-
 class MetricsSection(_Section):
     """``[metrics]``: the HTTP endpoint with /metrics (Prometheus), /healthz and /readyz; off by default."""
 
-    listen: Annotated[str, AfterValidator(_listen_address)] = Field(
+    listen: Annotated[str, AfterValidator(listen_address)] = Field(
         default="", description="HOST:PORT to serve on, e.g. 127.0.0.1:9108 (empty: no endpoint)"
     )
     stall_after_s: float = Field(

@@ -15,7 +15,8 @@ from typing import Any, Literal, get_origin
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from gtidsnap.config.settings import ENV_PREFIX, PASSWORD_ENV, SECTIONS, plain_name, show_value
+from gtidsnap.config.settings import ENV_PREFIX, PASSWORD_ENV, SECTIONS
+from gtidsnap.config.values import plain_name, show_value
 from gtidsnap.core.errors import ConfigError
 
 # --------------------------------------------------------------------------- layering

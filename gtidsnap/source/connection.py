@@ -39,6 +39,12 @@ class TlsMode(Enum):
     DISABLED = "disabled"  # plain TCP (loopback, or a trusted network)
     PREFERRED = "preferred"  # TLS without certificate verification
     REQUIRED = "required"  # TLS, server certificate verified against ``ca``
+    VERIFY_IDENTITY = "verify_identity"  # REQUIRED, and the certificate is for the host connected to
+
+    @property
+    def verifies(self) -> bool:
+        """Whether the server's certificate is checked (and TLS is required)."""
+        return self in (TlsMode.REQUIRED, TlsMode.VERIFY_IDENTITY)
 
 
 READ_TIMEOUT_MARGIN_S = 30.0  # the client gives up this long after the server's statement limit
@@ -57,6 +63,8 @@ class ConnectionSettings:
     password: Secret
     tls: TlsMode = TlsMode.DISABLED
     ca: Path | None = None
+    cert: Path | None = None  # a client certificate (and its ``key``), for accounts that REQUIRE X509
+    key: Path | None = None
     connect_timeout: float = 10.0  # seconds, fractions included
     # Seconds any one statement gtidsnap runs may take on the replica (a server-side limit): a snapshot
     # whose chunk SELECT takes longer fails, streaming goes on. Applied by the replica adapter.
@@ -86,6 +94,10 @@ class ConnectionSettings:
           the host name is not checked. PyMySQL < 1.2 may still fall back to plain TCP, so callers
           must confirm the session is encrypted (``Ssl_cipher``), as
           :class:`gtidsnap.source.replica.Replica` does.
+        * VERIFY_IDENTITY: REQUIRED, and the certificate must name the host connected to.
+
+        ``cert`` and ``key`` (a client certificate) go with the verifying modes only (the settings
+        refuse them otherwise).
         """
         kwargs: dict[str, Any] = {
             "host": self.host,
@@ -107,6 +119,12 @@ class ConnectionSettings:
             # 1.2+: no TLS option at all is exactly its PREFERRED mode (CERT_NONE, no host check).
         else:
             kwargs["ssl_verify_cert"] = True
+            if self.tls is TlsMode.VERIFY_IDENTITY:
+                kwargs["ssl_verify_identity"] = True
             if self.ca is not None:
                 kwargs["ssl_ca"] = str(self.ca)
+            if self.cert is not None:
+                kwargs["ssl_cert"] = str(self.cert)
+            if self.key is not None:
+                kwargs["ssl_key"] = str(self.key)
         return kwargs

@@ -14,7 +14,7 @@ import pymysql
 
 from gtidsnap.core.errors import ConfigError, PrerequisiteError, SourceError
 from gtidsnap.core.model import Flavor
-from gtidsnap.source.connection import ConnectionSettings, TlsMode
+from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.preflight import parse_version
 from gtidsnap.source.server_errors import CR_SSL_CONNECTION_ERROR, Meaning, code_of, meaning
 
@@ -37,7 +37,7 @@ def open_session(
         error = _connect_error(settings, exc)
         raise error from (exc if isinstance(error, SourceError) else None)
     try:
-        if settings.tls is not TlsMode.DISABLED and settings.tls is not TlsMode.PREFERRED:
+        if settings.tls.verifies:
             _check_tls(conn, settings)
         flavor, version = known or _server_version(conn)
         _limit_statements(conn, settings, flavor, version)

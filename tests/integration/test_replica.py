@@ -619,6 +619,11 @@ def test_nothing_was_ever_written_on_the_replica(pair: ReplicaPair) -> None:
         (TlsMode.PREFERRED, (1, 1), {"ssl": {"verify_mode": False, "check_hostname": False}}),
         (TlsMode.REQUIRED, (1, 2), {"ssl_verify_cert": True, "ssl_ca": "/ca.pem"}),
         (TlsMode.REQUIRED, (1, 1), {"ssl_verify_cert": True, "ssl_ca": "/ca.pem"}),
+        (
+            TlsMode.VERIFY_IDENTITY,
+            (1, 1),
+            {"ssl_verify_cert": True, "ssl_verify_identity": True, "ssl_ca": "/ca.pem"},
+        ),
     ],
 )
 def test_pymysql_kwargs_spell_out_each_tls_mode(
@@ -628,3 +633,11 @@ def test_pymysql_kwargs_spell_out_each_tls_mode(
     kwargs = settings.pymysql_kwargs(pymysql_version=version)
     base = {"host": "127.0.0.1", "port": 1, "user": "u", "password": "p", "connect_timeout": 10}
     assert kwargs == {**base, **expected}
+
+
+def test_a_client_certificate_goes_with_a_verifying_mode() -> None:
+    settings = ConnectionSettings(
+        "127.0.0.1", 1, "u", Secret("p"), tls=TlsMode.VERIFY_IDENTITY, cert=Path("/c.pem"), key=Path("/k.pem")
+    )
+    kwargs = settings.pymysql_kwargs(pymysql_version=(1, 1))
+    assert kwargs["ssl_cert"] == "/c.pem" and kwargs["ssl_key"] == "/k.pem" and kwargs["ssl_verify_identity"]

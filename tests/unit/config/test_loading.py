@@ -76,7 +76,7 @@ BAD_TOML = [
     ("[source]\nstatement_timeout_s = 1e-9\n", "source.statement_timeout_s", "1e-09", "0.001 to 4294967"),
     ("[source]\nstatement_timeout_s = 1e12\n", "source.statement_timeout_s", "1000000000000", "to 4294967"),
     ('[source]\nstatement_timeout_s = "30"\n', "source.statement_timeout_s", "'30'", "is not a number"),
-    ('[source]\ntls = "maybe"\n', "source.tls", "'maybe'", "must be disabled, preferred or required"),
+    ('[source]\ntls = "maybe"\n', "source.tls", "'maybe'", "must be disabled, preferred, required or verify_identity"),
     ('[source]\ntls = "required"\n', "source.tls", "'required'", "needs source.ca"),
     ('[source]\nca = "/nonexistent/ca.pem"\n', "source.ca", "/nonexistent/ca.pem", "cannot be read"),
     ("[snapshot]\nchunk_size = true\n", "snapshot.chunk_size", "True", "is not an integer"),
@@ -577,3 +577,31 @@ def test_bad_replica_settings_are_named(env: dict[str, str], fragments: list[str
     with pytest.raises(ConfigError) as raised:
         load_config(env=env)
     assert all(f in str(raised.value) for f in fragments), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragments"),
+    [
+        ('[source]\ntls = "verify_identity"\n', ["source.tls = 'verify_identity' needs source.ca"]),
+        ('[source]\ntls = "preferred"\ncert = "{c}"\nkey = "{c}"\n', ["need source.tls = required or"]),
+        ('[source]\ntls = "required"\nca = "{c}"\ncert = "{c}"\n', ["source.cert is set but source.key"]),
+        ('[source]\ncert = "/nonexistent/c.pem"\n', ["source.cert", "cannot be read"]),
+    ],
+)
+def test_tls_settings_that_do_not_go_together(tmp_path: Path, toml: str, fragments: list[str]) -> None:
+    pem = tmp_path / "c.pem"
+    pem.write_text("x")
+    path = tmp_path / "c.toml"
+    path.write_text(toml.replace("{c}", str(pem)))
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, env={})
+    assert all(f in str(raised.value) for f in fragments), str(raised.value)
+
+
+def test_verify_identity_with_a_client_certificate(tmp_path: Path) -> None:
+    pem = tmp_path / "c.pem"
+    pem.write_text("x")
+    path = tmp_path / "c.toml"
+    path.write_text(f'[source]\ntls = "VERIFY_IDENTITY"\nca = "{pem}"\ncert = "{pem}"\nkey = "{pem}"\n')
+    source = load_config(path, env={}).source
+    assert source.tls is TlsMode.VERIFY_IDENTITY and source.cert == source.key == pem
