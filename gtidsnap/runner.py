@@ -24,10 +24,11 @@ from gtidsnap.core.ports import CheckpointPort, ChunkReaderPool
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
-from gtidsnap.engine.checkpoint_store import CheckpointStore, StampingStore
+from gtidsnap.engine.checkpoint_store import CheckpointStore, InUse, StampingStore, committed_processed
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import EngineSettings
 from gtidsnap.engine.run_lock import RunLock
+from gtidsnap.observe.retention_watch import RetentionWatch
 from gtidsnap.signals.consumer import SignalConsumer
 from gtidsnap.signals.notifier import Notifier, NotifyingStore
 from gtidsnap.sinks import Sink
@@ -68,7 +69,7 @@ def build_engine(
     on_started: Callable[[Engine], None] | None = None,
     spark_factory: Callable[[], SparkSession] | None = None,
     notifier: Notifier | None = None,
-    in_use: ReplicaInUse | None = None,
+    in_use: Callable[[], ReplicaInUse] | None = None,
     opened: list[BinlogStream] | None = None,
 ) -> Engine:
     """An engine reading ``replica`` and its binlog, writing ``config.sink``, checkpointing to disk.
@@ -294,10 +295,18 @@ def _run_engine(
             hook(engine)
 
     monitoring: Monitoring | None = None
+    stamp = InUse(in_use or ReplicaInUse.now(replica.settings.describe(), "the replica configured"))
+    watch = RetentionWatch(
+        replica.settings,
+        committed_processed(config.checkpoint_path),
+        config.retention_warn_s,
+        config.retention_check_s,
+        stamp.measured,
+    ).start()
     try:
         opened: list[BinlogStream] = []
-        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier, in_use, opened)
-        monitoring = Monitoring(config, replica, engine) if config.metrics.listen else None
+        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier, stamp, opened)
+        monitoring = Monitoring(config, replica, engine, watch) if config.metrics.listen else None
         try:
             return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)
         except SourceError as exc:  # how long the replica was failing: its stream knows best
@@ -306,6 +315,7 @@ def _run_engine(
             raise
     finally:
         gc.unfreeze()  # a process that runs engines again (tests, an embedding) frees what a run held
+        watch.stop()
         if hook is not None:
             hook.stop()
         if monitoring is not None:
@@ -329,7 +339,9 @@ def _notifier(signals: SignalSettings) -> Notifier | None:
 class Monitoring:
     """``[metrics] listen``: the replica probe and the HTTP endpoint of one run."""
 
-    def __init__(self, config: Config, replica: Replica, engine: Engine) -> None:
+    def __init__(
+        self, config: Config, replica: Replica, engine: Engine, watch: RetentionWatch | None = None
+    ) -> None:
         from gtidsnap.observe.metrics import RunView  # prometheus_client only when asked for
         from gtidsnap.observe.probe import ReplicaProbe
         from gtidsnap.observe.server import MonitoringServer
@@ -356,6 +368,7 @@ class Monitoring:
             settings.stall_after_s,
             config.heartbeat_s,
             settings.probe_interval_s,
+            lambda: watch.latest if watch is not None else None,
         )
         self.server = MonitoringServer(settings.listen, view)
         self.probe.start()

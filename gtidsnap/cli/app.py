@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.logging import RichHandler
@@ -32,6 +32,9 @@ from gtidsnap.core.errors import GtidsnapError, PrerequisiteError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext, TableProgress
 from gtidsnap.core.run_stats import RunStats, throughput_line
+
+if TYPE_CHECKING:
+    from gtidsnap.source.replica import Replica
 
 app = typer.Typer(
     name="gtidsnap",
@@ -120,6 +123,7 @@ def check(
         with Replica(cfg.source) as replica:
             problems = replica.preflight(tables, dict(cfg.surrogate_keys))
             where = f"{replica.flavor} {'.'.join(map(str, replica.version))} at {cfg.source.describe()}"
+            retention, low = _retention(cfg, replica) if not problems else ("", False)
     except GtidsnapError as exc:
         _fail(exc)
     if problems:
@@ -128,6 +132,18 @@ def check(
             say(err, f"  - {printable(str(p))}")
         raise typer.Exit(1)
     say(out, ("ok", "green"), f": {where} is ready for gtidsnap ({len(tables)} table(s) checked)")
+    say(out, (f"binlog retention: {retention}", "yellow" if low else ""))
+
+
+def _retention(cfg: Config, replica: Replica) -> tuple[str, bool]:
+    """The binlog retention headroom of the checkpoint (or, before a first run, of where one would
+    start), as ``check`` reports it."""
+    from gtidsnap.runner import read_checkpoint
+    from gtidsnap.source.binlog.retention import replica_headroom
+
+    checkpoint = read_checkpoint(cfg) if cfg.checkpoint_path.exists() else None
+    processed = checkpoint.processed if checkpoint is not None else replica.applied()
+    return replica_headroom(replica, processed).line(cfg.retention_warn_s)
 
 
 WAITING_SHOWN_S = 1.0  # a window open longer than this shows as waiting for the stream
@@ -319,6 +335,9 @@ def status(
     say(out, f"processed: {cp.processed or '(nothing)'}")
     if cp.replica is not None:
         say(out, printable(f"replica: {cp.replica.where} since {cp.replica.since} ({cp.replica.why})"))
+        if cp.replica.retention:
+            line = printable(f"binlog retention: {cp.replica.retention}")
+            say(out, (line, "yellow") if cp.replica.retention_low else line)
     table = Table("table", "state", "chunks", "rows", "last key", "note", title="snapshots")
     for t in cp.context.tables:
         state = t.state

@@ -135,6 +135,8 @@ class Config:
     other_replicas: tuple[ConnectionSettings, ...] = ()
     retry_for_s: float = DEFAULT_SETTINGS.source.retry_for_s
     catch_up_timeout_s: float = DEFAULT_SETTINGS.source.catch_up_timeout_s
+    retention_warn_s: float = DEFAULT_SETTINGS.source.retention_warn_s
+    retention_check_s: float = DEFAULT_SETTINGS.source.retention_check_s
 
     @property
     def replicas(self) -> tuple[ConnectionSettings, ...]:
@@ -227,6 +229,8 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         other_replicas=replicas[1:],
         retry_for_s=src.retry_for_s,
         catch_up_timeout_s=src.catch_up_timeout_s,
+        retention_warn_s=src.retention_warn_s,
+        retention_check_s=src.retention_check_s,
         tables=tuple(dict.fromkeys(table_id_of(t) for t in capture.tables)),
         surrogate_keys={table_id_of(t): tuple(cols) for t, cols in capture.surrogate_keys.items()},
         snapshot=SnapshotSettings(

@@ -127,6 +127,18 @@ class SourceSection(_Section):
         description="seconds to wait for a replica behind the checkpoint to catch up before the next of "
         "hosts is tried",
     )
+    retention_warn_s: float = Field(
+        default=21_600.0,
+        ge=0,
+        le=MAX_SERVER_S,
+        description="warn when the oldest binlog the checkpoint needs expires sooner than this (seconds)",
+    )
+    retention_check_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86_400,
+        description="how often a run measures its binlog retention headroom (seconds)",
+    )
     statement_timeout_s: float = Field(
         default=_CONNECTION_DEFAULTS["statement_timeout"],
         ge=MIN_SERVER_S,

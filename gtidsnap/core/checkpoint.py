@@ -39,19 +39,25 @@ class ReplicaInUse:
     where: str
     since: str
     why: str
+    retention: str = ""  # the binlog retention headroom, as last measured (:mod:`.retention`)
+    retention_low: bool = False  # below source.retention_warn_s
 
     @classmethod
     def now(cls, where: str, why: str) -> ReplicaInUse:
         return cls(where, datetime.now(UTC).isoformat(timespec="seconds"), why)
 
-    def to_json(self) -> dict[str, str]:
-        return {"where": self.where, "since": self.since, "why": self.why}
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"where": self.where, "since": self.since, "why": self.why}
+        if self.retention:
+            data |= {"retention": self.retention, "retention_low": self.retention_low}
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> ReplicaInUse | None:
         if not isinstance(data, dict):
             return None
-        return cls(*(str(data.get(k, "")) for k in ("where", "since", "why")))
+        where, since, why, retention = (str(data.get(k, "")) for k in ("where", "since", "why", "retention"))
+        return cls(where, since, why, retention, data.get("retention_low") is True)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from gtidsnap.core.checkpoint import Checkpoint, ReplicaInUse, resume_problem
 from gtidsnap.core.errors import CheckpointError
+from gtidsnap.core.gtid import GtidSet
 from gtidsnap.core.ports import CheckpointPort, ReplicaPort, SeqReportingSink, Sink
 from gtidsnap.core.replica_choice import START_OVER
+from gtidsnap.core.retention import Headroom
 from gtidsnap.source.low_watermark import applied_covering
 
 
@@ -71,7 +74,8 @@ class CheckpointStore:
 class StampingStore:
     """A checkpoint store that writes which replica the run reads into every checkpoint it saves."""
 
-    def __init__(self, store: CheckpointPort, in_use: ReplicaInUse) -> None:
+    def __init__(self, store: CheckpointPort, in_use: Callable[[], ReplicaInUse]) -> None:
+        """``in_use``: the stamp as it stands at each save (it gains the retention headroom as measured)."""
         self.store, self.in_use = store, in_use
         self.path = store.path
 
@@ -79,7 +83,36 @@ class StampingStore:
         return self.store.load()
 
     def save(self, checkpoint: Checkpoint) -> None:
-        self.store.save(replace(checkpoint, replica=self.in_use))
+        self.store.save(replace(checkpoint, replica=self.in_use()))
+
+
+class InUse:
+    """The replica stamp each checkpoint gets: which replica and why, and its retention headroom as
+    the :class:`RetentionWatch` last measured it."""
+
+    def __init__(self, value: ReplicaInUse) -> None:
+        self.value = value
+
+    def __call__(self) -> ReplicaInUse:
+        return self.value
+
+    def measured(self, headroom: Headroom, line: str, low: bool) -> None:
+        self.value = replace(self.value, retention=line, retention_low=low)
+
+
+def committed_processed(path: Path) -> Callable[[], GtidSet | None]:
+    """The processed set of the last checkpoint saved at ``path`` (None: none yet, or it cannot be read
+    now), for threads beside the engine."""
+    store = CheckpointStore(path)
+
+    def processed() -> GtidSet | None:
+        try:
+            checkpoint = store.load()
+        except CheckpointError:
+            return None
+        return checkpoint.processed if checkpoint is not None else None
+
+    return processed
 
 
 def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> Checkpoint | None:

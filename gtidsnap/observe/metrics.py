@@ -10,13 +10,14 @@ Labels have bounded cardinality: ``table`` (the captured tables), ``op`` (c, u, 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gtidsnap.core.model import TableId
+from gtidsnap.core.retention import Headroom
 from gtidsnap.core.run_stats import DurationHistogram, RunStats
 from gtidsnap.engine.loop import Engine
 from gtidsnap.observe.health import HealthFacts
@@ -36,6 +37,7 @@ GAUGES = (
     "gtidsnap_mirror_changes_waiting",
     "gtidsnap_checkpoint_age_seconds",
     "gtidsnap_loop_tick_age_seconds",
+    "gtidsnap_binlog_retention_headroom_seconds",
 )
 COUNTERS = (
     "gtidsnap_stream_events",
@@ -70,6 +72,7 @@ class RunView:
     stall_after_s: float
     heartbeat_s: float
     probe_interval_s: float = 5.0
+    retention: Callable[[], Headroom | None] = lambda: None  # the retention watch's last measurement
     _waited_s: float = 0.0  # the window-wait counter's last value (two fields summed: never shown lower)
     _eta_from: dict[TableId, tuple[float, int]] = field(default_factory=dict)  # table -> (time, rows)
 
@@ -146,6 +149,13 @@ class RunCollector(Collector):
         if stats.committed_at is not None:
             age = max(0.0, time.time() - stats.committed_at)
             yield _gauge("gtidsnap_checkpoint_age_seconds", "Since the last checkpoint was saved", age)
+        headroom = view.retention()
+        if headroom is not None and headroom.seconds is not None:
+            yield _gauge(
+                "gtidsnap_binlog_retention_headroom_seconds",
+                "Until the replica purges the oldest binlog the checkpoint needs",
+                headroom.seconds,
+            )
         tick = 0.0 if stats.tick_at is None else max(0.0, time.monotonic() - stats.tick_at)
         yield _gauge("gtidsnap_loop_tick_age_seconds", "Since the engine's loop last turned", tick)
         errors = CounterMetricFamily("gtidsnap_errors", "Errors by kind", labels=["kind"])

@@ -234,6 +234,27 @@ class Replica:
         )
         return parse_gtid_set("mariadb", as_text(row[0]) if row and row[0] is not None else "")
 
+    def binlog_names(self) -> list[str]:
+        """The replica's binlog files, oldest first (``SHOW BINARY LOGS``)."""
+        _, logs = self._query("SHOW BINARY LOGS", [], "listing the binary logs")
+        return [as_text(row[0]) for row in logs]
+
+    def binlog_head(self, name: str) -> list[tuple[str, str]]:
+        """(event type, info) of the first events of binlog ``name`` (its header: the GTID set before it)."""
+        _, rows = self._query("SHOW BINLOG EVENTS IN %s LIMIT 3", [name], f"reading the start of {name}")
+        return [(as_text(r[2]), as_text(r[5])) for r in rows]
+
+    def binlog_expire_s(self) -> float:
+        """Seconds after which the replica purges a binlog file (0: never): ``binlog_expire_logs_seconds``,
+        else ``expire_logs_days``."""
+        names = ("binlog_expire_logs_seconds", "expire_logs_days")
+        _, rows = self._query(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s, %s)", names, "reading the binlog expiry"
+        )
+        values = {as_text(r[0]).lower(): float(as_text(r[1]) or 0) for r in rows}
+        seconds = values.get("binlog_expire_logs_seconds", 0.0)
+        return seconds if seconds > 0 else values.get("expire_logs_days", 0.0) * 86_400
+
     def tables(self) -> list[TableId]:
         """Every base table outside the system schemas, sorted (for resolving table patterns)."""
         return self._catalog.tables()

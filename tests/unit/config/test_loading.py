@@ -76,7 +76,12 @@ BAD_TOML = [
     ("[source]\nstatement_timeout_s = 1e-9\n", "source.statement_timeout_s", "1e-09", "0.001 to 4294967"),
     ("[source]\nstatement_timeout_s = 1e12\n", "source.statement_timeout_s", "1000000000000", "to 4294967"),
     ('[source]\nstatement_timeout_s = "30"\n', "source.statement_timeout_s", "'30'", "is not a number"),
-    ('[source]\ntls = "maybe"\n', "source.tls", "'maybe'", "must be disabled, preferred, required or verify_identity"),
+    (
+        '[source]\ntls = "maybe"\n',
+        "source.tls",
+        "'maybe'",
+        "must be disabled, preferred, required or verify_identity",
+    ),
     ('[source]\ntls = "required"\n', "source.tls", "'required'", "needs source.ca"),
     ('[source]\nca = "/nonexistent/ca.pem"\n', "source.ca", "/nonexistent/ca.pem", "cannot be read"),
     ("[snapshot]\nchunk_size = true\n", "snapshot.chunk_size", "True", "is not an integer"),
