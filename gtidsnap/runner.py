@@ -27,6 +27,7 @@ from gtidsnap.core.schema_cache import SchemaCache
 from gtidsnap.engine.checkpoint_store import CheckpointStore, InUse, StampingStore, committed_processed
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import EngineSettings
+from gtidsnap.engine.reused_sink import ReusedSink
 from gtidsnap.engine.run_lock import RunLock
 from gtidsnap.observe.retention_watch import RetentionWatch
 from gtidsnap.signals.consumer import SignalConsumer
@@ -69,15 +70,16 @@ def build_engine(
     on_started: Callable[[Engine], None] | None = None,
     spark_factory: Callable[[], SparkSession] | None = None,
     notifier: Notifier | None = None,
-    in_use: Callable[[], ReplicaInUse] | None = None,
+    in_use: InUse | None = None,
     opened: list[BinlogStream] | None = None,
+    reuse: list[ReusedSink] | None = None,
 ) -> Engine:
     """An engine reading ``replica`` and its binlog, writing ``config.sink``, checkpointing to disk.
     ``on_started`` is e.g. a :class:`SignalHook` (:func:`run_engine` adds one when signals are set);
     ``spark_factory`` replaces the Delta sink's own SparkSession (tests pass theirs); ``notifier``
     sends the outbox of each checkpoint saved to the notifications topic; ``in_use`` is written into
     each checkpoint (which replica, since when, why), for ``status``; ``opened`` gets each binlog
-    stream the engine opens."""
+    stream the engine opens; ``reuse`` holds the run's sink across engines (made by the first)."""
 
     def open_stream(start: GtidSet, schema_of: Callable[[TableId], TableSchema | None]) -> BinlogStream:
         stream = BinlogStream(
@@ -103,10 +105,18 @@ def build_engine(
     if config.sink.type == "delta":  # a Delta commit is a Spark job per table: batch at least batch_ms
         interval = max(interval, config.sink.batch_ms / 1000)
         snapshot_interval = max(interval, config.sink.snapshot_batch_ms / 1000)
+    if reuse is None:
+        sink: Sink = make_sink(config, schemas.current_or_last, spark_factory)
+    else:
+        if not reuse:
+            reuse.append(ReusedSink(make_sink(config, schemas.current_or_last, spark_factory)))
+        elif hasattr(reuse[0].sink, "schema_of"):  # the shapes of this engine's replica from now on
+            reuse[0].sink.schema_of = schemas.current_or_last
+        sink = reuse[0]
     engine = Engine(
         replica,
         open_stream,
-        make_sink(config, schemas.current_or_last, spark_factory),
+        sink,
         NotifyingStore(store, notifier) if notifier is not None else store,
         EngineSettings(
             chunk_size=config.snapshot.chunk_size,
@@ -202,6 +212,7 @@ def run_engine(
         replicas = ReplicaSet(config.replicas, config.retry_for_s, config.catch_up_timeout_s)
         store = CheckpointStore(config.checkpoint_path)
         mine: list[Replica] = []  # connected here, closed here
+        reuse: list[ReusedSink] = []  # the run's sink, kept across its engines
         try:
             current = _serving(replicas, store, first=replica)
             in_use = ReplicaInUse.now(current.settings.describe(), "the first of source.hosts that serves")
@@ -210,14 +221,18 @@ def run_engine(
                     mine.append(current)
                 try:
                     run_config = replace(config, source=current.settings)
-                    args = (snapshot, until_caught_up, on_progress, spark_log, in_use)
+                    args = (snapshot, until_caught_up, on_progress, spark_log, in_use, reuse)
                     return _run_engine(run_config, current, *args)
                 except SourceError as exc:
                     why = failover_reason(exc)
                     if why is None:
                         raise
+                    if reuse and (checkpoint := store.load()) is not None:
+                        reuse[0].preopen(checkpoint.sink_position)  # while the next replica is sought
                     current, in_use = _failover(replicas, store, current, exc, why)
         finally:
+            if reuse:
+                reuse[0].discard()
             for r in mine:
                 r.close()
 
@@ -252,7 +267,9 @@ def _serving(
     retried_s: float = 0.0,
 ) -> Replica:
     checkpoint = store.load()
-    resumed = Resumed(checkpoint.flavor, checkpoint.processed) if checkpoint is not None else None
+    resumed = None
+    if checkpoint is not None:
+        resumed = Resumed(checkpoint.flavor, checkpoint.processed, checkpoint.origins)
     try:
         return replicas.serving(resumed, first=first, lost=lost, retry_lost=retry_lost, retried_s=retried_s)
     except CheckpointError as exc:
@@ -275,6 +292,7 @@ def _run_engine(
     on_progress: Callable[[SnapshotContext, RunStats], None] | None,
     spark_log: Path | None,
     in_use: ReplicaInUse | None = None,
+    reuse: list[ReusedSink] | None = None,
 ) -> RunStats:
     hook = SignalHook(config.signals) if config.signals.bootstrap else None
     notifier = _notifier(config.signals)
@@ -296,6 +314,7 @@ def _run_engine(
 
     monitoring: Monitoring | None = None
     stamp = InUse(in_use or ReplicaInUse.now(replica.settings.describe(), "the replica configured"))
+    stamp.streamed_on(read_checkpoint(config), replica.identity())
     watch = RetentionWatch(
         replica.settings,
         committed_processed(config.checkpoint_path),
@@ -305,7 +324,9 @@ def _run_engine(
     ).start()
     try:
         opened: list[BinlogStream] = []
-        engine = build_engine(config, replica, on_progress, started, spark_factory, notifier, stamp, opened)
+        engine = build_engine(
+            config, replica, on_progress, started, spark_factory, notifier, stamp, opened, reuse
+        )
         monitoring = Monitoring(config, replica, engine, watch) if config.metrics.listen else None
         try:
             return engine.run(snapshot=snapshot, until_caught_up=until_caught_up)

@@ -203,6 +203,9 @@ class FakeReplica:
     def applied(self) -> GtidSet:
         return self.executed()
 
+    def identity(self) -> str:
+        return "fake-replica"
+
     def executed(self) -> GtidSet:
         with self.world.lock:
             self.world.maybe_write()

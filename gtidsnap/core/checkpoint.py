@@ -23,7 +23,7 @@ from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.json_fields import typed_field
 from gtidsnap.core.model import Flavor
 from gtidsnap.core.plan import SnapshotContext
-from gtidsnap.core.replica_choice import Behind, Refused, ReplicaPosition, judge, short
+from gtidsnap.core.replica_choice import Behind, Refused, ReplicaPosition, Verdict, judge, short
 from gtidsnap.core.signal_ledger import SignalLedger
 
 FORMAT_VERSION = 1
@@ -71,9 +71,14 @@ class Checkpoint:
     context: SnapshotContext = field(default_factory=SnapshotContext)
     signals: SignalLedger = field(default_factory=SignalLedger)
     replica: ReplicaInUse | None = None
+    # The identities of the replicas it was written on (MySQL server UUID, MariaDB server id): their own
+    # writes, errant transactions, are excused on another replica (:mod:`.replica_choice`).
+    origins: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        extra = {"replica": self.replica.to_json()} if self.replica is not None else {}
+        extra: dict[str, Any] = {"replica": self.replica.to_json()} if self.replica is not None else {}
+        if self.origins:
+            extra["origins"] = list(self.origins)
         return extra | {
             "format": FORMAT_VERSION,
             "flavor": self.flavor,
@@ -114,6 +119,7 @@ class Checkpoint:
             context=context,
             signals=SignalLedger.from_json(typed_field(data, "signals", dict, {})),
             replica=ReplicaInUse.from_json(data.get("replica")),
+            origins=tuple(str(o) for o in typed_field(data, "origins", list, [])),
         )
 
 
@@ -124,7 +130,19 @@ def resume_problem(
     :func:`gtidsnap.core.replica_choice.judge`. ``executed`` is what the replica has applied (see
     :class:`~gtidsnap.core.replica_choice.ReplicaPosition`); ``purged`` the transactions its binlog no
     longer holds. A replica behind the checkpoint gets a line that says so, not advice to start over. Pure."""
-    verdict = judge(checkpoint.flavor, checkpoint.processed, ReplicaPosition(where, flavor, executed, purged))
+    return problem_of(resume_verdict(checkpoint, flavor, executed, purged, where), where)
+
+
+def resume_verdict(
+    checkpoint: Checkpoint, flavor: str, applied: GtidSet, purged: GtidSet, where: str, identity: str = ""
+) -> Verdict:
+    """:func:`gtidsnap.core.replica_choice.judge` of the replica at ``where`` for ``checkpoint``."""
+    position = ReplicaPosition(where, flavor, applied, purged, identity)
+    return judge(checkpoint.flavor, checkpoint.processed, position, checkpoint.origins)
+
+
+def problem_of(verdict: Verdict, where: str) -> str | None:
+    """What stops a run on a replica with ``verdict`` (None: nothing)."""
     if isinstance(verdict, Refused):
         return verdict.reason
     if isinstance(verdict, Behind):

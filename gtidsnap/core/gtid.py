@@ -167,6 +167,24 @@ class GtidSet(ABC):
         """How many transactions the set holds (e.g. how far a checkpoint is behind a replica)."""
         return sum(end - start + 1 for intervals in self._sets.values() for start, end in intervals)
 
+    def origins(self) -> Mapping[object, str]:
+        """The server that wrote each source's transactions, as its identity reads: MySQL a source's
+        server UUID; MariaDB the server id of a domain's newest GTID (errant transactions are told by it)."""
+        return {source: self._origin(source) for source in self._sets}
+
+    def _origin(self, source: Any) -> str:
+        return str(source)
+
+    def only(self, sources: Iterable[object]) -> Self:
+        """This set restricted to ``sources``."""
+        keep = set(sources)
+        return self._restricted({s: iv for s, iv in self._sets.items() if s in keep})
+
+    def _restricted(self, sets: Mapping[Any, Intervals]) -> Self:
+        copy = object.__new__(type(self))
+        copy._init_sets(sets)
+        return copy
+
     def min_per_source(self) -> Mapping[object, int]:
         """Lowest transaction number per source: where a replica's missing part of a set begins."""
         return {source: intervals[0][0] for source, intervals in self._sets.items()}
@@ -322,6 +340,9 @@ class MysqlGtidSet(GtidSet):
                 return self._with_source(gtid.source, (*intervals[:-1], (start, gtid.gno)))
         return self | MysqlGtidSet({gtid.source: [(gtid.gno, gtid.gno)]})
 
+    def _origin(self, source: Any) -> str:
+        return str(source[0])  # the server UUID (a tag is the same server's)
+
     def intervals(self) -> Mapping[MysqlSource, Intervals]:
         """The normalised intervals per ``(uuid, tag)``, for tests and adapters."""
         return dict(self._sets)
@@ -463,6 +484,12 @@ class MariadbGtidSet(GtidSet):
                 copy._servers[gtid.domain] = gtid.server
             return copy
         return self | MariadbGtidSet({gtid.domain: [(1, gtid.seq)]}, {gtid.domain: gtid.server})
+
+    def _origin(self, source: Any) -> str:
+        return str(self._servers.get(source, 0))
+
+    def _restricted(self, sets: Mapping[Any, Intervals]) -> Self:
+        return type(self)(sets, {d: self._servers[d] for d in sets})
 
     def intervals(self) -> Mapping[int, Intervals]:
         """The normalised seq intervals per domain, for tests and adapters."""

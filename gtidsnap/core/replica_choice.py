@@ -14,6 +14,13 @@ applied all of it, and still holds in its binlog what comes after, continues it 
   ``start_over`` says whether the checkpoint is unusable anywhere of that kind (another server) or only
   here (purged binlogs: another replica may still serve it).
 
+Errant transactions (a replica's own local writes, under its own server UUID, or on MariaDB a domain
+whose newest GTID carries its server id) are streamed like any others, but a sibling never has them:
+the checkpoint records the identity of every replica it was written on (``origins``), and what those
+wrote themselves is excused on another replica (:class:`Serves` says which), so the checkpoint
+continues there and no window waits for them. Only the primary's transactions count for the
+watermarks on the new replica; the excused ones are reported in the log.
+
 What "applied" means (:class:`ReplicaPosition`):
 
 * MySQL: ``gtid_executed``, which also holds what a replica provisioned from a backup or a clone was
@@ -30,6 +37,7 @@ the caller treats as this replica refusing.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from gtidsnap.core.gtid import GtidSet
@@ -48,11 +56,19 @@ class ReplicaPosition:
     flavor: str
     applied: GtidSet  # every transaction it has applied (see the module doc, per flavour)
     purged: GtidSet  # transactions its binlog no longer holds
+    identity: str = ""  # who writes its own transactions: server UUID (MySQL), server id (MariaDB)
 
 
 @dataclass(frozen=True)
 class Serves:
-    """The replica continues the checkpoint exactly."""
+    """The replica continues the checkpoint exactly. ``excused``: errant transactions of a replica the
+    checkpoint was written on (its own writes) that this one does not have and never will: they were
+    streamed, they stay in the checkpoint, and nothing waits for them here."""
+
+    excused: GtidSet | None = None
+    # Its own errant transactions the checkpoint has not streamed and its binlog no longer holds: they
+    # are not asked for (only the primary's count), and a run here starts past them.
+    skipped: GtidSet | None = None
 
 
 @dataclass(frozen=True)
@@ -77,8 +93,15 @@ class Refused:
 Verdict = Serves | Behind | Refused
 
 
-def judge(checkpoint_flavor: str, processed: GtidSet, position: ReplicaPosition) -> Verdict:
-    """Whether the replica at ``position`` can continue a checkpoint that processed ``processed``."""
+def judge(
+    checkpoint_flavor: str,
+    processed: GtidSet,
+    position: ReplicaPosition,
+    origins: Collection[str] = (),
+) -> Verdict:
+    """Whether the replica at ``position`` can continue a checkpoint that processed ``processed``.
+    ``origins``: the identities (MySQL server UUID, MariaDB server id) of the replicas the checkpoint was
+    written on: transactions they wrote themselves (errant transactions) are not asked of this one."""
     where = position.where
     if checkpoint_flavor != position.flavor:
         return Refused(
@@ -87,10 +110,13 @@ def judge(checkpoint_flavor: str, processed: GtidSet, position: ReplicaPosition)
             start_over=True,
         )
     missing = processed - position.applied
-    if missing:
-        return _missing_verdict(missing, position)
+    errant = missing.only(source for source, origin in missing.origins().items() if origin in origins)
+    if missing - errant:
+        return _missing_verdict(missing - errant, position)
     needed = position.applied - processed
     lost = needed - (needed - position.purged)
+    own = lost.only(source for source, origin in lost.origins().items() if origin == position.identity)
+    lost = lost - own
     if lost:
         return Refused(
             f"{where} has purged binlogs that hold transactions the checkpoint has not streamed yet "
@@ -99,7 +125,7 @@ def judge(checkpoint_flavor: str, processed: GtidSet, position: ReplicaPosition)
             f"(binlog_expire_logs_seconds / expire_logs_days), or {START_OVER}",
             start_over=False,
         )
-    return Serves()
+    return Serves(errant if errant else None, own if own else None)
 
 
 def _missing_verdict(missing: GtidSet, position: ReplicaPosition) -> Behind | Refused:

@@ -6,18 +6,24 @@ not used its ``next_seq`` yet (:func:`open_at`)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from gtidsnap.core.checkpoint import Checkpoint, ReplicaInUse, resume_problem
+from gtidsnap.core.checkpoint import Checkpoint, ReplicaInUse, problem_of, resume_verdict
 from gtidsnap.core.errors import CheckpointError
-from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.ports import CheckpointPort, ReplicaPort, SeqReportingSink, Sink
-from gtidsnap.core.replica_choice import START_OVER
+from gtidsnap.core.replica_choice import START_OVER, Behind, Serves, Verdict, short
 from gtidsnap.core.retention import Headroom
 from gtidsnap.source.low_watermark import applied_covering
+
+log = logging.getLogger(__name__)
+
+
+ORIGINS_KEPT = 32  # replicas a checkpoint remembers having been written on
 
 
 class CheckpointStore:
@@ -74,7 +80,7 @@ class CheckpointStore:
 class StampingStore:
     """A checkpoint store that writes which replica the run reads into every checkpoint it saves."""
 
-    def __init__(self, store: CheckpointPort, in_use: Callable[[], ReplicaInUse]) -> None:
+    def __init__(self, store: CheckpointPort, in_use: InUse) -> None:
         """``in_use``: the stamp as it stands at each save (it gains the retention headroom as measured)."""
         self.store, self.in_use = store, in_use
         self.path = store.path
@@ -83,7 +89,7 @@ class StampingStore:
         return self.store.load()
 
     def save(self, checkpoint: Checkpoint) -> None:
-        self.store.save(replace(checkpoint, replica=self.in_use()))
+        self.store.save(replace(checkpoint, replica=self.in_use(), origins=self.in_use.origins))
 
 
 class InUse:
@@ -92,6 +98,13 @@ class InUse:
 
     def __init__(self, value: ReplicaInUse) -> None:
         self.value = value
+        self.origins: tuple[str, ...] = ()
+
+    def streamed_on(self, checkpoint: Checkpoint | None, identity: str) -> None:
+        """The replicas the checkpoint was written on so far, and now the one of this run (its own
+        writes, errant transactions, are excused on a sibling: :mod:`gtidsnap.core.replica_choice`)."""
+        known = checkpoint.origins if checkpoint is not None else ()
+        self.origins = tuple(dict.fromkeys([*known, identity][-ORIGINS_KEPT:]))
 
     def __call__(self) -> ReplicaInUse:
         return self.value
@@ -115,18 +128,41 @@ def committed_processed(path: Path) -> Callable[[], GtidSet | None]:
     return processed
 
 
-def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> Checkpoint | None:
+def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> tuple[Checkpoint | None, GtidSet]:
     """The checkpoint a run resumes from (None: a first run), once ``replica`` is known to be able to
-    continue it (:func:`gtidsnap.core.checkpoint.resume_problem`); otherwise a CheckpointError that
-    says what happened and what to do."""
+    continue it (:func:`gtidsnap.core.checkpoint.resume_verdict`), and the errant transactions of other
+    replicas it excused (nothing waits for those here); otherwise a CheckpointError that says what
+    happened and what to do."""
     checkpoint = store.load()
     if checkpoint is None:
-        return None
-    applied = applied_covering(replica.applied, checkpoint.processed)
-    problem = resume_problem(checkpoint, flavor, applied, replica.purged(), replica.describe())
-    if problem is not None:
+        return None, parse_gtid_set(flavor, "")
+    purged, where, identity = replica.purged(), replica.describe(), replica.identity()
+
+    def verdict_at(applied: GtidSet) -> Verdict:
+        return resume_verdict(checkpoint, flavor, applied, purged, where, identity)
+
+    verdict = verdict_at(applied_covering(replica.applied, lambda a: not isinstance(verdict_at(a), Behind)))
+    problem = problem_of(verdict, where)
+    if problem is not None or not isinstance(verdict, Serves):
         raise CheckpointError(f"checkpoint {store.path} cannot be continued: {problem}")
-    return checkpoint
+    if verdict.excused:
+        log.warning(
+            "%s does not have %s: errant transactions of a replica the checkpoint was written on (its own "
+            "writes); they were streamed there, and nothing waits for them here",
+            where,
+            short(verdict.excused),
+        )
+    if verdict.skipped:
+        log.warning(
+            "%s purged errant transactions of its own the checkpoint has not streamed (%s): the run starts "
+            "past them",
+            where,
+            short(verdict.skipped),
+        )
+        return replace(checkpoint, processed=checkpoint.processed | verdict.skipped), verdict.excused or (
+            parse_gtid_set(flavor, "")
+        )
+    return checkpoint, verdict.excused or parse_gtid_set(flavor, "")
 
 
 def open_at(sink: Sink, checkpoint: Checkpoint, path: Path) -> None:

@@ -119,7 +119,7 @@ class Engine:
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
-        checkpoint = resumable(self.store, self.replica, self._flavor())
+        checkpoint, self.excused = resumable(self.store, self.replica, self._flavor())  # errant elsewhere
         if isinstance(self.sink, CheckpointedSink):
             self.sink.report_checkpoints()
         if checkpoint is None:
@@ -167,8 +167,9 @@ class Engine:
         # Readers render rows in the sink's own form (JSON bodies, Arrow columns): no work a row here.
         remote = bool(getattr(self.readers, "remote", False))
         render = self.sink.chunk_renderer(remote) if isinstance(self.sink, RenderingSink) else None
+        start = self.processed - self.excused  # windows never wait for other replicas' errant writes
         chunks = self._chunks = ChunkPlanner(
-            self.replica, self.readers, self.schemas, self.processed, render=render, stats=self.stats
+            self.replica, self.readers, self.schemas, start, render=render, stats=self.stats
         )
         pump = PumpedStream(ShapesForgotten(stream, self.schemas))  # pumped while readers work
         try:
@@ -394,7 +395,6 @@ class Engine:
         self._report()
         return records
 
-    # ------------------------------------------------------------------ commits
     def _commit(self) -> None:
         """Output and checkpoint advance together (:class:`gtidsnap.engine.committer.Commits`)."""
         self.signals.checkpointing(self.context, self.delivered())  # notifications out, progress in

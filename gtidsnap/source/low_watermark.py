@@ -114,16 +114,16 @@ def _covering(executed: GtidSet, processed: GtidSet) -> GtidSet:
 
 def applied_covering(
     read: Callable[[], GtidSet],
-    processed: GtidSet,
+    covers: Callable[[GtidSet], bool],
     timeout_s: float = 5.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> GtidSet:
-    """What ``read`` returns (the replica's applied set), read again for up to ``timeout_s`` while it
-    lacks part of ``processed``: a run that stopped right after streaming a transaction may restart
-    before the replica lists it (MySQL adds a GTID to its executed set after the binlog readers got it).
-    Returns the last read whether it covers ``processed`` or not: the caller says what is wrong."""
-    applied, _ = _poll(read, lambda e: processed <= e, timeout_s, sleep, clock)
+    """What ``read`` returns (the replica's applied set), read again for up to ``timeout_s`` until it
+    ``covers`` what a checkpoint processed: a run that stopped right after streaming a transaction may
+    restart before the replica lists it (MySQL adds a GTID to its executed set after the binlog readers
+    got it). Returns the last read whether it covers or not: the caller says what is wrong."""
+    applied, _ = _poll(read, covers, timeout_s, sleep, clock)
     return applied
 
 

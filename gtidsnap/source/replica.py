@@ -234,6 +234,12 @@ class Replica:
         )
         return parse_gtid_set("mariadb", as_text(row[0]) if row and row[0] is not None else "")
 
+    def identity(self) -> str:
+        """Who writes this server's own transactions: its server UUID (MySQL) or server id (MariaDB)."""
+        variable = "server_uuid" if self.flavor == "mysql" else "server_id"
+        row = self._fetch_one(f"SELECT @@global.{variable}", [], f"reading {variable}")
+        return as_text(row[0]) if row and row[0] is not None else ""
+
     def binlog_names(self) -> list[str]:
         """The replica's binlog files, oldest first (``SHOW BINARY LOGS``)."""
         _, logs = self._query("SHOW BINARY LOGS", [], "listing the binary logs")

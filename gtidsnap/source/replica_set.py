@@ -44,6 +44,7 @@ class Resumed:
 
     flavor: str
     processed: GtidSet
+    origins: tuple[str, ...] = ()  # the replicas it was written on (their errant writes are excused)
 
 
 class ReplicaSet:
@@ -170,8 +171,10 @@ def judge_now(replica: Replica, resumed: Resumed | None) -> Verdict:
     """Whether ``replica`` can serve ``resumed`` as it stands now (a first run: any replica can)."""
     if resumed is None:
         return Serves()
-    position = ReplicaPosition(replica.describe(), str(replica.flavor), replica.applied(), replica.purged())
-    return judge(resumed.flavor, resumed.processed, position)
+    position = ReplicaPosition(
+        replica.describe(), str(replica.flavor), replica.applied(), replica.purged(), replica.identity()
+    )
+    return judge(resumed.flavor, resumed.processed, position, resumed.origins)
 
 
 def _no_replica(problems: dict[str, Refused | str]) -> Exception:

@@ -71,3 +71,52 @@ def test_a_replica_that_applied_a_prefix_of_one_source_is_behind_or_serves(done:
     ):
         found = judge(flavor, gtids(flavor, processed), at(flavor, applied))
         assert isinstance(found, Serves | Behind), found
+
+
+R = "9b0f8c2e-1111-11f1-8000-02fc00000002"  # the replica the checkpoint was written on
+
+
+@pytest.mark.parametrize(
+    ("flavor", "processed", "applied", "origins", "verdict", "excused"),
+    [
+        # its own local writes (errant) are not asked of a sibling
+        ("mysql", f"{U1}:1-5,{R}:1-2", f"{U1}:1-9", (R,), Serves, f"{R}:1-2"),
+        ("mysql", f"{U1}:1-5,{R}:1-2", f"{U1}:1-9", (), Refused, None),  # unknown writer: another server
+        ("mysql", f"{U1}:1-5,{R}:1-2", f"{U1}:1-3", (R,), Behind, None),  # lagging on the primary's part
+        (
+            "mysql",
+            f"{U1}:1-5,{R}:1-2",
+            f"{U1}:1-9,{R}:1-2",
+            (R,),
+            Serves,
+            None,
+        ),  # it has them: nothing excused
+        # MariaDB: a domain whose newest GTID carries the replica's server id (2)
+        ("mariadb", "0-1-5,9000-2-3", "0-1-9", ("2",), Serves, "9000-2-3"),
+        ("mariadb", "0-1-5,9000-2-3", "0-1-9", ("3",), Refused, None),
+    ],
+)
+def test_errant_transactions_of_a_replica_the_checkpoint_was_written_on_are_excused(
+    flavor: str,
+    processed: str,
+    applied: str,
+    origins: tuple[str, ...],
+    verdict: type[Any],
+    excused: str | None,
+) -> None:
+    found = judge(flavor, gtids(flavor, processed), at(flavor, applied), origins)
+    assert isinstance(found, verdict), found
+    if isinstance(found, Serves):
+        assert (str(found.excused) if found.excused else None) == excused
+
+
+def test_its_own_purged_errant_transactions_are_skipped_not_asked_for() -> None:
+    """A replica rebuilt from a backup whose gtid_purged holds its own local writes: the checkpoint never
+    streamed them and cannot now; only the primary's transactions count, so the run starts past them."""
+    position = ReplicaPosition(
+        "the replica r", "mysql", gtids("mysql", f"{U1}:1-9,{R}:1-2"), gtids("mysql", f"{U1}:1-4,{R}:1-2"), R
+    )
+    found = judge("mysql", gtids("mysql", f"{U1}:1-5"), position)
+    assert isinstance(found, Serves) and str(found.skipped) == f"{R}:1-2"
+    other = ReplicaPosition("r", "mysql", position.applied, position.purged, "someone-else")
+    assert isinstance(judge("mysql", gtids("mysql", f"{U1}:1-5"), other), Refused), "not its own: lost"

@@ -45,6 +45,9 @@ class FakeReplica:
     def purged(self) -> GtidSet:
         return parse_gtid_set("mysql", "")
 
+    def identity(self) -> str:
+        return f"uuid-of-{self.settings.port}"
+
     def close(self) -> None:
         self.closed = True
 
