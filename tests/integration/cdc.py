@@ -321,6 +321,13 @@ def cli_env(pair: ReplicaPair) -> dict[str, str]:
     return env
 
 
+def run_args(out: Path, *tables: str) -> list[str]:
+    """``run --snapshot <each table> --until-caught-up`` with its checkpoint and JSON lines in ``out``."""
+    snapshots = [arg for table in tables for arg in ("--snapshot", table)]
+    places = ["--checkpoint", str(out / "checkpoint.json"), "--sink-path", str(out / "changes.jsonl")]
+    return ["run", *snapshots, "--until-caught-up", *places]
+
+
 def gtidsnap_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "gtidsnap", *args]
 

@@ -32,6 +32,7 @@ from tests.integration.cdc import (
     create_table,
     gtidsnap_cmd,
     read_records,
+    run_args,
     source_rows,
     wait_for,
 )
@@ -162,6 +163,23 @@ def kill_mid_snapshot(
     return time.monotonic() - killed_at
 
 
+def through_the_kill(
+    pair: ReplicaPair,
+    out: Path,
+    proc: subprocess.Popen[Any],
+    kill: Callable[[], float],
+    log: Callable[[], str],
+) -> float:
+    """The run killed under (:func:`kill_mid_snapshot`), then to its end, which must be a success."""
+    try:
+        switch_s = kill_mid_snapshot(pair, out, proc, kill)
+        assert proc.wait(RUN_TIMEOUT_S) == 0, log()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return switch_s
+
+
 def test_a_snapshot_whose_replica_is_killed_finishes_on_the_next_into_json_lines(
     pair: ReplicaPair, fresh_db: str, tmp_path: Path
 ) -> None:
@@ -176,13 +194,7 @@ def test_a_snapshot_whose_replica_is_killed_finishes_on_the_next_into_json_lines
         GTIDSNAP_SNAPSHOT_CHUNK_SIZE="50",
         GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="50",
     )
-    args = ["run", *(a for t in TABLES for a in ("--snapshot", f"{db}.{t}")), "--until-caught-up"]
-    args += [
-        "--checkpoint",
-        str(tmp_path / "checkpoint.json"),
-        "--sink-path",
-        str(tmp_path / "changes.jsonl"),
-    ]
+    args = run_args(tmp_path, *(f"{db}.{t}" for t in TABLES))
     # ~1,000 rows/s: 1 to 5 rows a transaction, about 300 transactions a second
     writer = Writer(pair, db, list(TABLES), seed=27, transactions=100_000, pause_s=0.004).start()
     log = tmp_path / "run.log"
@@ -190,12 +202,7 @@ def test_a_snapshot_whose_replica_is_killed_finishes_on_the_next_into_json_lines
         try:
             with log.open("w") as sink:
                 proc = subprocess.Popen(gtidsnap_cmd(*args), env=env, cwd=REPO, stdout=sink, stderr=sink)
-            try:
-                switch_s = kill_mid_snapshot(pair, tmp_path, proc, kill)
-                assert proc.wait(RUN_TIMEOUT_S) == 0, log.read_text()[-4000:]
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
+            switch_s = through_the_kill(pair, tmp_path, proc, kill, log.read_text)
         finally:
             writer.stop()
         writer.join()
@@ -238,12 +245,7 @@ def test_a_snapshot_whose_replica_is_killed_finishes_on_the_next_into_delta(
     with replica2_killed_then_restarted(pair) as kill:
         try:
             proc, log = cli.start()
-            try:
-                switch_s = kill_mid_snapshot(pair, tmp_path, proc, kill)
-                assert proc.wait(RUN_TIMEOUT_S) == 0, tail(read(log))
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
+            switch_s = through_the_kill(pair, tmp_path, proc, kill, lambda: tail(read(log)))
         finally:
             writer.stop()
         writer.join()
@@ -263,9 +265,7 @@ def sql_on(pair: ReplicaPair, port: int, *statements: str) -> None:
 
 def run_cli(pair: ReplicaPair, out: Path, table: str, *ports: int, snapshot: bool = False, **env: str) -> str:
     """``gtidsnap run --until-caught-up`` on ``source.hosts`` = ``ports``; its log (it must succeed)."""
-    args = ["run", "--until-caught-up", "--checkpoint", str(out / "checkpoint.json")]
-    args += ["--sink-path", str(out / "changes.jsonl")]
-    args += ["--snapshot", table] if snapshot else []
+    args = run_args(out, *([table] if snapshot else []))
     env = failover_env(pair, *ports, GTIDSNAP_CAPTURE_TABLES=table, **env)
     done = subprocess.run(
         gtidsnap_cmd(*args), env=env, cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
@@ -298,8 +298,7 @@ def test_a_checkpoint_continues_on_a_replica_that_lags(
     try:
         write(pair, db, 10_001, 30)
         run_cli(pair, tmp_path, table, pair.replica_port)  # the checkpoint moves past replica2
-        args = ["run", "--until-caught-up", "--checkpoint", str(tmp_path / "checkpoint.json")]
-        args += ["--sink-path", str(tmp_path / "changes.jsonl")]
+        args = run_args(tmp_path)
         env = failover_env(pair, pair.replica2_port, GTIDSNAP_CAPTURE_TABLES=table)
         log = tmp_path / "lagging.log"
         with log.open("w") as sink:
@@ -401,15 +400,7 @@ def test_errant_transactions_neither_stall_windows_nor_bind_the_checkpoint(
         origins = json.loads((tmp_path / "checkpoint.json").read_text())["origins"]
         assert len(origins) == 1
         write(pair, db, 20_001, 10)
-        args = [
-            "run",
-            "--until-caught-up",
-            "--snapshot",
-            f"{db}.u",
-            "--checkpoint",
-            str(tmp_path / "checkpoint.json"),
-        ]
-        args += ["--sink-path", str(tmp_path / "changes.jsonl")]
+        args = run_args(tmp_path, f"{db}.u")
         env = failover_env(pair, pair.replica_port, GTIDSNAP_CAPTURE_TABLES=f"{db}.t,{db}.u")
         started = time.monotonic()
         done = subprocess.run(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gtidsnap.engine.checkpoint_store import CheckpointStore
-from tests.integration.cdc import REPO, cli_env, create_table, gtidsnap_cmd, read_records, wait_for
+from tests.integration.cdc import REPO, cli_env, create_table, gtidsnap_cmd, read_records, run_args, wait_for
 from tests.integration.fixtures.db_servers import ReplicaPair
 
 pytestmark = pytest.mark.integration
@@ -26,15 +26,7 @@ def test_two_runs_on_one_checkpoint_never_both_write(
     pair, table = mariadb_pair, f"{maria_db}.t"
     create_table(pair, maria_db, "t", 2000)
     env = dict(cli_env(pair), GTIDSNAP_SNAPSHOT_CHUNK_SIZE="50", GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="100")
-    args = [
-        "run",
-        "--snapshot",
-        table,
-        "--until-caught-up",
-        "--checkpoint",
-        str(tmp_path / "checkpoint.json"),
-    ]
-    args += ["--sink-path", str(tmp_path / "changes.jsonl")]
+    args = run_args(tmp_path, table)
 
     def start(name: str) -> subprocess.Popen[str]:
         log = (tmp_path / f"{name}.log").open("w")

@@ -23,6 +23,7 @@ from tests.integration.cdc import (
     create_table,
     gtidsnap_cmd,
     read_records,
+    run_args,
     source_rows,
 )
 from tests.integration.fixtures.db_servers import READER, STATE_DIR, ReplicaPair
@@ -103,15 +104,7 @@ def test_a_run_over_verified_tls_with_a_client_certificate(
         "GTIDSNAP_SOURCE_KEY": str(TLS / "client-key.pem"),
     }
     table = f"{fresh_db}.t"
-    args = [
-        "run",
-        "--snapshot",
-        table,
-        "--until-caught-up",
-        "--checkpoint",
-        str(tmp_path / "checkpoint.json"),
-    ]
-    args += ["--sink-path", str(tmp_path / "changes.jsonl")]
+    args = run_args(tmp_path, table)
     done = subprocess.run(gtidsnap_cmd(*args), env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     check_invariants(read_records(tmp_path), {table: source_rows(pair, fresh_db, "t")})
