@@ -24,7 +24,7 @@ from gtidsnap.core.ports import CheckpointPort, ChunkReaderPool
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
-from gtidsnap.engine.checkpoint_store import CheckpointStore, InUse, StampingStore, committed_processed
+from gtidsnap.engine.checkpoint_store import CheckpointStore, InUse, StampingStore
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import EngineSettings
 from gtidsnap.engine.reused_sink import ReusedSink
@@ -317,7 +317,7 @@ def _run_engine(
     stamp.streamed_on(read_checkpoint(config), replica.identity())
     watch = RetentionWatch(
         replica.settings,
-        committed_processed(config.checkpoint_path),
+        config.checkpoint_path,
         config.retention_warn_s,
         config.retention_check_s,
         stamp.measured,

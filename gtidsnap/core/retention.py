@@ -93,3 +93,19 @@ def duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
+
+
+def with_snapshot(line: str, low: bool, found: Headroom, left_s: float | None) -> tuple[str, bool]:
+    """The headroom's line with how the snapshot under way compares (its estimated time left, ``left_s``:
+    rows left by the server's estimate over the rate measured): one that outlasts the binlog the
+    checkpoint needs is a warning too. The stream keeps the checkpoint moving while it snapshots, so it
+    matters if the run stops, or its stream stalls, before the snapshot ends."""
+    if left_s is None:
+        return line, low
+    if found.seconds is None or found.seconds > left_s:
+        return f"{line}; the snapshot's estimated {duration(left_s)} left fits", low
+    return (
+        f"{line}; the snapshot's estimated {duration(left_s)} left outlasts it: should the run stop before "
+        "the snapshot ends, the checkpoint could not be continued here",
+        True,
+    )

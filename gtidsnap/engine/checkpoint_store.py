@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,21 +110,6 @@ class InUse:
 
     def measured(self, headroom: Headroom, line: str, low: bool) -> None:
         self.value = replace(self.value, retention=line, retention_low=low)
-
-
-def committed_processed(path: Path) -> Callable[[], GtidSet | None]:
-    """The processed set of the last checkpoint saved at ``path`` (None: none yet, or it cannot be read
-    now), for threads beside the engine."""
-    store = CheckpointStore(path)
-
-    def processed() -> GtidSet | None:
-        try:
-            checkpoint = store.load()
-        except CheckpointError:
-            return None
-        return checkpoint.processed if checkpoint is not None else None
-
-    return processed
 
 
 def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> tuple[Checkpoint | None, GtidSet]:

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Self
 
-from gtidsnap.core.errors import GtidsnapError
-from gtidsnap.core.gtid import GtidSet
-from gtidsnap.core.retention import Headroom
+from gtidsnap.core.errors import CheckpointError, GtidsnapError
+from gtidsnap.core.model import TableId
+from gtidsnap.core.retention import Headroom, with_snapshot
+from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.source.binlog.retention import replica_headroom
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.replica import Replica
@@ -23,25 +26,24 @@ TIMEOUT_S = 10.0  # connect and read timeouts of a measurement
 
 
 class RetentionWatch:
-    """A daemon thread; ``position``: the checkpoint's processed set (None before the first);
-    ``measured(headroom, line, low)`` is told each measurement."""
+    """A daemon thread; ``measured(headroom, line, low)`` is told each measurement."""
 
     def __init__(
         self,
         settings: ConnectionSettings,
-        position: Callable[[], GtidSet | None],
+        checkpoint: Path,
         warn_below_s: float,
         every_s: float,
         measured: Callable[[Headroom, str, bool], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``checkpoint``: the run's checkpoint file, read for the position it holds and the snapshots
+        under way (their estimated time left is compared with the headroom)."""
         self.settings = replace(settings, connect_timeout=min(settings.connect_timeout, TIMEOUT_S))
-        self.position, self.warn_below_s, self.every_s, self.measured = (
-            position,
-            warn_below_s,
-            every_s,
-            measured,
-        )
+        self.store, self.warn_below_s = CheckpointStore(checkpoint), warn_below_s
+        self.every_s, self.measured, self.clock = every_s, measured, clock
         self.latest: Headroom | None = None
+        self._read: tuple[float, int] | None = None  # (monotonic time, snapshot rows read) last measured
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gtidsnap-retention", daemon=True)
         self._failed = ""
@@ -63,19 +65,25 @@ class RetentionWatch:
 
     def measure(self, first: bool = False) -> Headroom | None:
         """One measurement (None: no checkpoint yet, or the replica could not be read; said once)."""
-        processed = self.position()
-        if processed is None:
+        try:
+            checkpoint = self.store.load()
+        except CheckpointError:
+            checkpoint = None  # being replaced as it was read: the next measurement will do
+        if checkpoint is None:
             return None
         try:
             with Replica(self.settings, read_timeout=TIMEOUT_S) as replica:
-                found = replica_headroom(replica, processed)
+                found = replica_headroom(replica, checkpoint.processed)
+                left_s = self._snapshot_left_s(
+                    replica, [(t.table, t.rows) for t in checkpoint.context.pending()]
+                )
         except GtidsnapError as exc:
             if str(exc) != self._failed:
                 log.warning("cannot measure the binlog retention headroom: %s", exc)
             self._failed = str(exc)
             return None
         self._failed = ""
-        line, low = found.line(self.warn_below_s)
+        line, low = with_snapshot(*found.line(self.warn_below_s), found, left_s)
         if low:
             log.warning("binlog retention: %s", line)
         elif first:
@@ -83,3 +91,13 @@ class RetentionWatch:
         self.latest = found
         self.measured(found, line, low)
         return found
+
+    def _snapshot_left_s(self, replica: Replica, tables: Sequence[tuple[TableId, int]]) -> float | None:
+        """The snapshots' time left: rows left (the server's estimates) over the rows/s read since the
+        last measurement; None without a snapshot, or before a rate is known."""
+        now, read = self.clock(), sum(rows for _, rows in tables)
+        before, self._read = self._read, (now, read)
+        if not tables or before is None or read <= before[1] or now <= before[0]:
+            return None
+        left = sum(max(0, (replica.estimated_rows(table) or 0) - rows) for table, rows in tables)
+        return left / ((read - before[1]) / (now - before[0]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gtidsnap.core.gtid import parse_gtid_set
-from gtidsnap.core.retention import BinlogFile, Headroom, duration, headroom
+from gtidsnap.core.retention import BinlogFile, Headroom, duration, headroom, with_snapshot
 
 DAY = 86_400.0
 
@@ -45,3 +45,14 @@ def test_lines_say_what_to_do_and_warn_below_the_threshold() -> None:
 )
 def test_durations_read_as_people_say_them(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+def test_a_snapshot_that_outlasts_the_binlog_it_needs_is_a_warning() -> None:
+    found = Headroom("binlog.000007", 2 * 3600, DAY)
+    line, low = with_snapshot(*found.line(60), found, 3600)
+    assert not low and line.endswith("; the snapshot's estimated 1.0 h left fits")
+    line, low = with_snapshot(*found.line(60), found, 3 * 3600)
+    assert low and "the snapshot's estimated 3.0 h left outlasts it" in line
+    assert with_snapshot("x", False, found, None) == ("x", False), "no snapshot, or no rate yet"
+    never = Headroom("binlog.000007", None, 0)
+    assert with_snapshot(*never.line(60), never, 10 * DAY)[1] is False
