@@ -27,6 +27,7 @@ from gtidsnap.core.schema_cache import SchemaCache
 from gtidsnap.engine.checkpoint_store import CheckpointStore, InUse, StampingStore
 from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import EngineSettings
+from gtidsnap.engine.output_lease import output_lease
 from gtidsnap.engine.reused_sink import ReusedSink
 from gtidsnap.engine.run_lock import RunLock
 from gtidsnap.observe.retention_watch import RetentionWatch
@@ -208,7 +209,7 @@ def run_engine(
     A replica lost mid-run (its connection does not come back, or it refuses the stream) ends that
     engine; the next engine starts from the checkpoint on the replica :class:`ReplicaSet` finds, exactly
     as a restart after a crash would (:func:`failover_reason` says which errors move it)."""
-    with RunLock(guarded_paths(config)):
+    with RunLock(guarded_paths(config)), output_lease(config.sink.path, config.sink.owner_lease_s):
         replicas = ReplicaSet(config.replicas, config.retry_for_s, config.catch_up_timeout_s)
         store = CheckpointStore(config.checkpoint_path)
         mine: list[Replica] = []  # connected here, closed here

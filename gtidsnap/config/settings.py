@@ -218,6 +218,13 @@ class SinkSettings(_Section):
         min_length=1,
         description="the JSON-lines file, or the root folder/URI of the Delta tables",
     )
+    owner_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="an output at a URI (s3a://...) is held by a lease renewed every third of this; a run "
+        "that died is taken over once it runs out (a local output is locked by the OS instead)",
+    )
     batch_rows: int = Field(default=100_000, ge=1, description="delta: most records per commit")
     batch_ms: int = Field(default=1000, ge=0, description="delta: a batch commits after this many ms")
     snapshot_batch_rows: int = Field(

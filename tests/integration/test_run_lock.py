@@ -16,6 +16,7 @@ import pytest
 from gtidsnap.engine.checkpoint_store import CheckpointStore
 from tests.integration.cdc import REPO, cli_env, create_table, gtidsnap_cmd, read_records, run_args, wait_for
 from tests.integration.fixtures.db_servers import ReplicaPair
+from tests.integration.test_delta_engine import TABLES, DeltaCli, kill_group, tail, wait_for_log
 
 pytestmark = pytest.mark.integration
 
@@ -60,3 +61,39 @@ def test_two_runs_on_one_checkpoint_never_both_write(
     assert seqs == sorted(set(seqs)), "no record twice, none rewound"
     held = json.loads((tmp_path / "checkpoint.json.lock").read_text())
     assert held["pid"] == taker.pid, "the lock file names its last holder"
+
+
+def test_two_runs_on_one_delta_output_at_a_uri_never_both_write(
+    mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path
+) -> None:
+    """An output at a URI (here ``file://``; ``s3a://`` in production) has no OS lock: a lease guards it.
+    A run with another checkpoint is refused while the holder renews it, naming the holder; the holder
+    killed with kill -9, its own restart takes over once the lease has run out."""
+    pair = mariadb_pair
+    for name in TABLES:
+        create_table(pair, maria_db, name, 1500)
+    root = f"file://{tmp_path / 'shared'}"
+
+    class Shared(DeltaCli):
+        @property
+        def root(self) -> str:
+            return root
+
+    settings = {"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20", "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100"}
+    settings["GTIDSNAP_SINK_OWNER_LEASE_S"] = "4"
+    first, other = (
+        Shared(pair, maria_db, tmp_path / "one", settings),
+        Shared(pair, maria_db, tmp_path / "two", settings),
+    )
+    for cli in (first, other):
+        cli.out.mkdir()
+    proc, log = first.start()
+    try:
+        assert wait_for_log(proc, log, lambda text: "Delta sink at " in text, "the first run's sink to open")
+        code, text = other.run()
+        assert code == 1 and f"is written by another gtidsnap run (pid {proc.pid} on " in text, tail(text)
+    finally:
+        kill_group(proc)
+    code, text = first.run()  # its restart after the kill -9
+    assert code == 0, tail(text)
+    assert "the output's lease is held by" in text, "it waited for the dead run's lease to end"
