@@ -195,7 +195,15 @@ def build_spark_session(
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in {**conf, **extra}.items():
         builder = builder.config(key, value)
-    if log_file is None:
+    if log_file is None or _session_runs():
         return builder.getOrCreate()
-    with _output_to(log_file):
+    with _output_to(log_file):  # the JVM's banners, at its start only: this takes the process's stderr
         return builder.getOrCreate()
+
+
+def _session_runs() -> bool:
+    """Whether this process runs a SparkContext already: ``getOrCreate`` then starts nothing to send
+    elsewhere, and stderr must stay (another thread may be logging, e.g. while a sink reopens)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
