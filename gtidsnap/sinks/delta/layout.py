@@ -46,7 +46,11 @@ def decode_name(segment: str) -> str:
 
 
 def absolute_root(path: str) -> str:
-    """The sink path as Spark should see it: local paths absolute, URIs (s3a://, file:, ...) as given."""
+    """The sink path as Spark should see it: local paths absolute, URIs (s3a://, file:, ...) as given,
+    but ``file:///x`` as ``file:/x``, the form Delta records (creating a table at the other form, Delta
+    sees two locations and refuses)."""
+    if path.startswith("file:///"):
+        path = "file:/" + path.removeprefix("file:///")
     if "://" in path or path.startswith("file:"):
         return path.rstrip("/")
     return os.path.abspath(path)
