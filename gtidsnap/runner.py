@@ -39,7 +39,7 @@ from gtidsnap.snapshot.readers import ProcessChunkReaders
 from gtidsnap.source.binlog.stream import BinlogStream
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.replica import Replica
-from gtidsnap.source.replica_set import ReplicaSet, Resumed
+from gtidsnap.source.replica_set import ReplicaSet
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -268,11 +268,10 @@ def _serving(
     retried_s: float = 0.0,
 ) -> Replica:
     checkpoint = store.load()
-    resumed = None
-    if checkpoint is not None:
-        resumed = Resumed(checkpoint.flavor, checkpoint.processed, checkpoint.origins)
     try:
-        return replicas.serving(resumed, first=first, lost=lost, retry_lost=retry_lost, retried_s=retried_s)
+        return replicas.serving(
+            checkpoint, first=first, lost=lost, retry_lost=retry_lost, retried_s=retried_s
+        )
     except CheckpointError as exc:
         raise CheckpointError(f"checkpoint {store.path} cannot be continued: {exc}") from None
 

@@ -136,6 +136,7 @@ def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> tuple
             where,
             short(verdict.excused),
         )
+    resumed = checkpoint
     if verdict.skipped:
         log.warning(
             "%s purged errant transactions of its own the checkpoint has not streamed (%s): the run starts "
@@ -143,10 +144,8 @@ def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> tuple
             where,
             short(verdict.skipped),
         )
-        return replace(checkpoint, processed=checkpoint.processed | verdict.skipped), verdict.excused or (
-            parse_gtid_set(flavor, "")
-        )
-    return checkpoint, verdict.excused or parse_gtid_set(flavor, "")
+        resumed = replace(checkpoint, processed=checkpoint.processed | verdict.skipped)
+    return resumed, verdict.excused or parse_gtid_set(flavor, "")
 
 
 def open_at(sink: Sink, checkpoint: Checkpoint, path: Path) -> None:

@@ -15,18 +15,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from gtidsnap.core.checkpoint import Checkpoint, resume_verdict
 from gtidsnap.core.errors import CheckpointError, SourceError
-from gtidsnap.core.gtid import GtidSet
 from gtidsnap.core.replica_choice import (
     Behind,
     Refused,
-    ReplicaPosition,
     Serves,
     Verdict,
     behind_line,
-    judge,
     short,
 )
 from gtidsnap.source.connection import ConnectionSettings
@@ -36,15 +33,6 @@ log = logging.getLogger(__name__)
 
 BEHIND_LINE_EVERY_S = 5.0  # how often a replica being waited for is reported
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 0.2, 2.0  # between attempts to reach a lost replica again
-
-
-@dataclass(frozen=True)
-class Resumed:
-    """What a run continues: the checkpoint's flavour and processed set (None: a first run)."""
-
-    flavor: str
-    processed: GtidSet
-    origins: tuple[str, ...] = ()  # the replicas it was written on (their errant writes are excused)
 
 
 class ReplicaSet:
@@ -67,7 +55,7 @@ class ReplicaSet:
 
     def serving(
         self,
-        resumed: Resumed | None,
+        resumed: Checkpoint | None,
         first: Replica | None = None,
         lost: ConnectionSettings | None = None,
         retry_lost: bool = True,
@@ -121,7 +109,7 @@ class ReplicaSet:
     def _lost_comes_back(
         self,
         lost: ConnectionSettings,
-        resumed: Resumed | None,
+        resumed: Checkpoint | None,
         problems: dict[str, Refused | str],
         for_s: float,
     ) -> Replica | None:
@@ -154,7 +142,7 @@ class ReplicaSet:
             "replication stopped; wait for it (source.catch_up_timeout_s), or use another (source.hosts)"
         )
 
-    def _caught_up(self, replica: Replica, resumed: Resumed | None) -> Verdict:
+    def _caught_up(self, replica: Replica, resumed: Checkpoint | None) -> Verdict:
         """The replica's verdict, waiting up to ``catch_up_timeout_s`` while it is only behind."""
         verdict = judge_now(replica, resumed)
         started = last_line = self._clock()
@@ -167,14 +155,18 @@ class ReplicaSet:
         return verdict
 
 
-def judge_now(replica: Replica, resumed: Resumed | None) -> Verdict:
-    """Whether ``replica`` can serve ``resumed`` as it stands now (a first run: any replica can)."""
-    if resumed is None:
+def judge_now(replica: Replica, checkpoint: Checkpoint | None) -> Verdict:
+    """Whether ``replica`` can serve ``checkpoint`` as it stands now (a first run: any replica can)."""
+    if checkpoint is None:
         return Serves()
-    position = ReplicaPosition(
-        replica.describe(), str(replica.flavor), replica.applied(), replica.purged(), replica.identity()
+    return resume_verdict(
+        checkpoint,
+        str(replica.flavor),
+        replica.applied(),
+        replica.purged(),
+        replica.describe(),
+        replica.identity(),
     )
-    return judge(resumed.flavor, resumed.processed, position, resumed.origins)
 
 
 def _no_replica(problems: dict[str, Refused | str]) -> Exception:

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.errors import CheckpointError, SourceError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.source.connection import ConnectionSettings, Secret
-from gtidsnap.source.replica_set import ReplicaSet, Resumed
+from gtidsnap.source.replica_set import ReplicaSet
 
 U = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
@@ -75,7 +76,11 @@ def replica_set(servers: Servers, *ports: int, retry: float = 10, catch_up: floa
     )
 
 
-RESUMED = Resumed("mysql", parse_gtid_set("mysql", f"{U}:1-100"))
+def resumed(processed: str) -> Checkpoint:
+    return Checkpoint("mysql", parse_gtid_set("mysql", processed), 1, None)
+
+
+RESUMED = resumed(f"{U}:1-100")
 
 
 def test_the_first_replica_that_serves_is_chosen_in_order() -> None:
@@ -114,7 +119,7 @@ def test_only_lagging_replicas_is_a_retryable_error_never_advice_to_start_over()
 
 
 def test_another_servers_checkpoint_is_a_checkpoint_error() -> None:
-    other = Resumed("mysql", parse_gtid_set("mysql", "8a94f357-aab4-11df-86ab-c80aa9429562:1-3"))
+    other = resumed("8a94f357-aab4-11df-86ab-c80aa9429562:1-3")
     servers = Servers(Clock(), p1=100, p2=100)
     with pytest.raises(CheckpointError, match=r"no replica of source\.hosts can continue"):
         replica_set(servers, 1, 2).serving(other)
