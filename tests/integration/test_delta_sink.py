@@ -403,6 +403,84 @@ def test_crash_after_the_delta_commit_before_the_checkpoint(spark: SparkSession,
         make_sink(spark, tmp_path).open(None)
 
 
+def changelog_commits(path: str) -> list[tuple[int, str, dict[str, Any], bool]]:
+    """(version, operation, user metadata, whether it removes files) of each commit of a table, read
+    from its log."""
+    commits = []
+    for file in sorted((Path(path) / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        removes = any("remove" in a for a in actions)
+        commits.append(
+            (int(file.stem), info["operation"], json.loads(info.get("userMetadata") or "{}"), removes)
+        )
+    return commits
+
+
+def test_changelog_takes_only_checkpointed_batches_and_is_never_rewritten(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """With an engine reporting its checkpoints, a batch's changelog rows are committed only once the
+    checkpoint naming them is saved. A checkpoint saved without its commits (a crash right after it)
+    gets them at the next open, once; a batch whose checkpoint was never saved never reaches the
+    changelog. A column added at the source is added to the changelog first. No changelog commit ever
+    removes a row."""
+    schemas = dict(SCHEMAS)
+
+    def opened(position: Any) -> DeltaSink:
+        sink = DeltaSink(
+            SinkSettings(type="delta", path=str(tmp_path), app_id="test-app", merge_interval_s=5.0),
+            lambda: spark,
+            lambda table: schemas[table],
+        )
+        sink.report_checkpoints()
+        sink.open(position)
+        return sink
+
+    orders, items = changelog_path(str(tmp_path), ORDERS), changelog_path(str(tmp_path), ITEMS)
+    sink = opened(None)
+    sink.write([change("c", 1, None, row(1, "one")), change("c", 2, None, row(2, "two", table="x"), ITEMS)])
+    first = sink.commit()
+    assert [a["batch"] for a in first["changelog_appends"]] == [1, 1]
+    assert read(spark, orders) == [], "committed to the changelog before the checkpoint was saved"
+    sink.checkpointed(first)  # the engine saved it
+    assert read(spark, orders, "id", "_seq") == [(1, 1)] and read(spark, items, "id", "_seq") == [(2, 2)]
+
+    # batch 2 (a column added to items): its checkpoint is saved, then the run stops before the commits
+    schemas[ITEMS] = TableSchema(ITEMS, (ID, NAME, AMOUNT), ("id",))
+    sink.write([change("u", 3, row(1, "one"), row(1, "uno")), change("c", 4, None, row(4, "four"), ITEMS)])
+    second = sink.commit()
+    sink.close()
+    assert read(spark, orders, "id", "_seq") == [(1, 1)]
+    sink = opened(second)  # commits batch 2's appends: they are checkpointed
+    assert read(spark, orders, "id", "_seq") == [(1, 1), (1, 3)]
+    assert read(spark, items, "id", "amount", "_seq") == [(2, None, 2), (4, Decimal("1.00"), 4)]
+    sink.close()
+    sink = opened(second)  # again: nothing twice
+    assert read(spark, orders, "id", "_seq") == [(1, 1), (1, 3)]
+
+    # batch 3 is written but its checkpoint is never saved: the changelog never sees it
+    sink.write([change("d", 5, row(1, "uno"), None)])
+    third = sink.commit()
+    assert third["delta_batch"] == 3
+    sink.close()
+    sink = opened(second)
+    assert read(spark, orders, "id", "_op", "_seq") == [(1, "c", 1), (1, "u", 3)]
+    sink.write([change("d", 5, row(1, "uno"), None)])  # the replay
+    replayed = sink.commit()
+    sink.checkpointed(replayed)
+    sink.close()
+    assert read(spark, orders, "id", "_op", "_seq") == [(1, "c", 1), (1, "d", 5), (1, "u", 3)]
+    for path in (orders, items):
+        commits = changelog_commits(path)
+        assert not any(removes for *_, removes in commits), f"{path}: a commit removed rows: {commits}"
+        batches = [meta["gtidsnap_batch"] for _, _, meta, _ in commits if "gtidsnap_batch" in meta]
+        assert batches == sorted(set(batches)), f"{path}: batches {batches}"
+    written = [m.get("gtidsnap_batch") for _, op, m, _ in changelog_commits(orders) if op == "WRITE"]
+    assert written == [1, 2, 3], "batch 3 is numbered again: the first one never reached a table"
+    assert any(op == "ADD COLUMNS" for _, op, _, _ in changelog_commits(items))
+
+
 def test_fresh_rows_appended_other_changes_wait_then_caught_up_after_a_stop(
     spark: SparkSession, tmp_path: Path
 ) -> None:

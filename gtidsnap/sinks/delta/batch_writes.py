@@ -4,8 +4,9 @@ keeper (:mod:`gtidsnap.sinks.delta.mirror_keeper` decides when the mirror takes 
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +21,16 @@ from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.arrow_columns import StagedRows
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
-from gtidsnap.sinks.delta.change_rows import conformed, record_rows, snapshot_rows
+from gtidsnap.sinks.delta.change_rows import conformed, plan_schema, record_rows, snapshot_rows
+from gtidsnap.sinks.delta.changelog_appends import LogAppend
 from gtidsnap.sinks.delta.columns import ColumnPlan
+from gtidsnap.sinks.delta.file_commits import write_data_file
 from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
+from gtidsnap.sinks.delta.mirror_files import staged_mirror_rows
 from gtidsnap.sinks.delta.mirror_keeper import Handover
 from gtidsnap.sinks.delta.staged_frames import staged_frame
 from gtidsnap.sinks.delta.streamed_rows import StreamedRows
-from gtidsnap.sinks.delta.tables import DeltaTables, Shape
+from gtidsnap.sinks.delta.tables import DeltaTables, Shape, stats_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,6 +79,9 @@ class TableWriter:
         # Delta's txn ids make a retried batch a no-op; an engine never retries one (it stops, and the
         # next open undoes what the batch wrote), so it spares their cost (~1 s and 2 CPU-s an append)
         self.txn = txn
+        # changelog rows written as files, committed once their checkpoint is saved (changelog_appends)
+        self.defer_log = False
+        self.deferred: list[LogAppend] = []  # the appends of the batch being written
         self._seen: dict[TableId, dict[str, Column]] = {}  # every column a table's mirror was given
         self.keeps_mirrors = settings.mirror == "gtidsnap"
         self.logs_snapshot_rows = settings.changelog and (
@@ -149,6 +156,10 @@ class TableWriter:
             if local:
                 parts.append(snapshot_rows(plan, local, changelog=True))
         schema = changelog_schema(plan, changelog=True)
+        if self.defer_log:
+            self._write_log_files(table, path, plan, schema, parts, splits, shape.schema.key, batch)
+            crash_point("delta-after-changelog")
+            return changes
         meta = {"gtidsnap_batch": batch, "app_id": self.app_id}
         if splits:  # read by Spark from where the remote readers staged them
             files = [
@@ -169,6 +180,34 @@ class TableWriter:
         self.tables.append_arrow(path, rows, schema, batch, meta, self.txn, key=shape.schema.key)
         crash_point("delta-after-changelog")
         return changes
+
+    def _write_log_files(
+        self,
+        table: TableId,
+        path: str,
+        plan: ColumnPlan,
+        schema: Any,
+        parts: list[pa.Table],
+        splits: Sequence[SnapshotColumns],
+        key: Sequence[str],
+        batch: int,
+    ) -> None:
+        """The batch's changelog rows as one data file of the changelog, not committed yet: a
+        :class:`LogAppend` the sink commits once the batch's checkpoint is saved. A column the changelog
+        lacks is added first (a metadata commit, no rows), so the file is of the table's own columns."""
+        self.tables.add_columns(path, schema)
+        pieces: list[Iterable[pa.Table]] = []
+        if parts:
+            rows = pa.concat_tables(parts).sort_by("_seq") if len(parts) > 1 else parts[0]
+            pieces.append([conformed(rows, plan, changelog=True)])
+        for chunk in splits:  # read where the remote readers staged them, as the changelog's rows
+            if isinstance(chunk.rows, StagedRows) and len(chunk.rows):
+                split = staging.staged_split(table, chunk.rows, chunk.first_seq, chunk.source_ts, chunk.fresh)
+                pieces.append(staged_mirror_rows(split, plan, changelog=True))
+        target = plan_schema(plan, changelog=True)
+        written = write_data_file(path, itertools.chain(*pieces), target, stats_columns(key, mirror=False))
+        if written is not None:
+            self.deferred.append(LogAppend(table, batch, (written,)))
 
     def _stage(
         self,

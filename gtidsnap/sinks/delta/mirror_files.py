@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def staged_mirror_rows(staged: StagedFile, plan: ColumnPlan) -> Iterator[pa.Table]:
-    """A staged file's rows as the mirror's rows in ``plan``, a piece at a time: a batch's file has
+def staged_mirror_rows(staged: StagedFile, plan: ColumnPlan, changelog: bool = False) -> Iterator[pa.Table]:
+    """A staged file's rows as the mirror's (``changelog``: the changelog's, a snapshot row each) rows in
+    ``plan``, a piece at a time: a batch's file has
     its meta columns; a split's ``_seq`` is its ``first_seq`` + the row's position (a split staged
     before 2026-11-27: its kept rows numbered in order), its time its stamp, its dropped positions and
     those past ``positions`` left out (what :func:`mirror_writes.staged_frame` makes of it in Spark)."""
@@ -55,7 +56,9 @@ def staged_mirror_rows(staged: StagedFile, plan: ColumnPlan) -> Iterator[pa.Tabl
                 .append_column("_gtid", pa.nulls(n, pa.string()))
                 .append_column("_source_ts", stamp)
             )
-        yield conformed(rows, plan, changelog=False)
+        if changelog and "_snapshot" not in rows.column_names:
+            rows = rows.append_column("_snapshot", pa.array([True] * rows.num_rows, pa.bool_()))
+        yield conformed(rows, plan, changelog=changelog)
 
 
 def mirror_file(

@@ -30,6 +30,7 @@ from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.batch_writes import Pending, TableWriter, by_table
 from gtidsnap.sinks.delta.catch_up import NOTHING_WAITS, changelog_after
+from gtidsnap.sinks.delta.changelog_appends import commit_append, finish_appends
 from gtidsnap.sinks.delta.layout import (
     absolute_root,
     changelog_path,
@@ -40,6 +41,7 @@ from gtidsnap.sinks.delta.layout import (
 )
 from gtidsnap.sinks.delta.mirror_keeper import Handover, MirrorEntry, MirrorKeeper
 from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter
+from gtidsnap.sinks.delta.position import POSITION_KEY, SinkPosition, appends_of, parse_position
 from gtidsnap.sinks.delta.recovery import greater, recover_all
 from gtidsnap.sinks.delta.staged_frames import spark_schema
 from gtidsnap.sinks.delta.tables import DeltaTables, warm_up
@@ -49,9 +51,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("gtidsnap.sinks.delta")
-
-POSITION_KEY = "delta_batch"
-STAGED_KEY = "staged"
 
 
 class DeltaSink:
@@ -135,7 +134,11 @@ class DeltaSink:
     def checkpointed(self, position: Any) -> None:
         """The checkpoint naming ``position`` is saved: what its batch handed the mirrors is theirs; at
         the end of a run, wait until every mirror holds it (raising a failed update's error)."""
-        if self._keeper is None or not isinstance(position, dict):
+        if not isinstance(position, dict):
+            return
+        for append in appends_of(position):  # the changelog takes checkpointed batches only
+            commit_append(self.spark, self.root, append, self.app_id)
+        if self._keeper is None:
             return
         batch = int(position[POSITION_KEY])
         self._keeper.checkpointed(batch)
@@ -143,12 +146,14 @@ class DeltaSink:
             self._keeper.finish(wait=True)
 
     def open(self, committed: Any) -> None:
-        last, staged = self._parse_position(committed)
+        position = parse_position(committed)
+        last, staged = position.batch, position.staged
         try:
             self._spark = self._spark_factory()
             tables = list_tables(self.spark, self.root)
             recovered = recover_all(self.spark, self.root, tables, last)
-            self._held = greater(recovered.held, _staged_held(staged))
+            finish_appends(self.spark, self.root, position.appends, self.app_id)  # before any catch-up
+            self._held = greater(recovered.held, position.staged_held())
             self._reset()
             started = time.monotonic()
             staging.remove_folder(staging.warm_up_folder(self.root))
@@ -160,6 +165,7 @@ class DeltaSink:
             self._table_writer = TableWriter(
                 self.spark, self._tables, self.root, self.app_id, self.settings, txn=retried
             )
+            self._table_writer.defer_log = self._checkpoints_reported  # committed once checkpointed
             settings = self.settings  # merge_interval_s = 0: each batch brings its mirrors up to date
             background = self._checkpoints_reported and settings.changelog and settings.merge_interval_s > 0
             background = background and self._keeps_mirrors
@@ -380,28 +386,11 @@ class DeltaSink:
     def _position(self, batch: int) -> dict[str, Any]:
         pending, applied = self.keeper.position_files()
         self._done.extend(applied)
-        staged = [f.to_json() for f in pending]
-        return {POSITION_KEY: batch, STAGED_KEY: staged} if staged else {POSITION_KEY: batch}
-
-    def _parse_position(self, committed: Any) -> tuple[int | None, list[staging.StagedFile]]:
-        if committed is None:
-            return None, []
-        if isinstance(committed, dict) and isinstance(committed.get(POSITION_KEY), int):
-            try:
-                staged = [staging.StagedFile.from_json(f) for f in committed.get(STAGED_KEY) or []]
-            except (KeyError, TypeError, ValueError) as exc:
-                raise SinkError(f"the checkpoint's staged snapshot files are not readable: {exc}") from None
-            return int(committed[POSITION_KEY]), staged
-        raise SinkError(
-            f"the checkpoint's sink position {committed!r} was not written by the Delta sink (was sink.type "
-            "changed?): use the checkpoint that belongs to this output, or a new checkpoint and sink.path"
-        )
-
-
-def _staged_held(staged: Sequence[staging.StagedFile]) -> HeldSeq | None:
-    """The greatest ``_seq`` of the staged snapshot files a checkpoint names (rows of the output)."""
-    top = max(staged, key=lambda f: f.last_seq, default=None)
-    return HeldSeq(top.last_seq, top.path) if top is not None else None
+        writer = self._table_writer
+        appends = writer.deferred if writer is not None else []  # the batch just written: none else
+        if writer is not None:
+            writer.deferred = []
+        return SinkPosition(batch, list(pending), appends).to_json()
 
 
 __all__ = ["POSITION_KEY", "DeltaSink", "spark_schema"]

@@ -182,6 +182,22 @@ class DeltaTables:
         frame = self.spark.createDataFrame(rows, schema=schema)
         self.append_frame(path, frame, batch, self.app_id, meta, txn)
 
+    def add_columns(self, path: str, schema: T.StructType) -> None:
+        """Add the columns of ``schema`` the table lacks, by a metadata commit (no rows): what a Spark
+        append with ``mergeSchema`` would do, ahead of files written with those columns."""
+        existing = self.delta_schema(path)
+        if existing is None or holds_plan(existing, schema):
+            return
+        have = {f.name.casefold() for f in existing.fields}
+        new = [f for f in schema.fields if f.name.casefold() not in have]
+        if new:
+            columns = ", ".join(f"{quote_ident(f.name)} {f.dataType.simpleString()}" for f in new)
+            self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+            log.info("%s: column(s) %s added", path, ", ".join(f.name for f in new))
+        self._delta_schemas.pop(path, None)
+        if not holds_plan(self.delta_schema(path), schema):
+            raise SinkError(f"{path} does not take the columns {schema.simpleString()} after adding columns")
+
     def append_frame(
         self, path: str, frame: DataFrame, batch: int, app_id: str, meta: dict[str, Any], txn: bool = True
     ) -> None:
