@@ -4,10 +4,12 @@ gtidsnap/core/crashpoints.py).
 
 After the restarts each mirror must equal its source table, each changelog must hold every record once
 (no ``_seq`` twice; replayed in ``_seq`` order they pass check_invariants: nothing lost, no rewind), no
-table may see a batch number twice, and each batch a crash left beyond its checkpoint must be undone by
-one commit that puts back the rows of the version before it. Every CLI start costs a Spark JVM and cold
-Delta operations (tens of seconds on 2 cores), so the tests start few. The Delta log is read directly
-(history, rows at a version); the final output through the run's ``spark`` session, as consumers do.
+table may see a batch number twice, no changelog may ever hold a batch above the checkpoint or lose a
+row (a Structured Streaming reader of it sees each row once), and each mirror batch a crash left beyond
+its checkpoint must be undone by one commit that puts back the rows of the version before it. Every CLI
+start costs a Spark JVM and cold Delta operations (tens of seconds on 2 cores), so the tests start few.
+The Delta log is read directly (history, rows at a version); the final output through the run's
+``spark`` session, as consumers do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -324,9 +326,6 @@ def check_output(spark: SparkSession, pair: ReplicaPair, db: str, root: str) -> 
 # ----------------------------------------------------------------------------- random kills
 
 BATCH_LINE = re.compile(r"gtidsnap\.sinks\.delta: batch (\d+): \d+ records of (\d+) tables")
-OPEN_LINE = re.compile(
-    r"gtidsnap\.sinks\.delta: Delta sink at .* open: checkpoint at batch \S+, next batch (\d+)"
-)
 KILLS_WANTED = 3
 STARTS_AT_MOST = 20  # a bound on the number of runs: each start is a JVM (tens of seconds)
 
@@ -361,13 +360,15 @@ def test_kill_9_at_random_moments_then_restart(
     load (a resumed run that has only the writer's backlog to catch up commits one batch and ends), so
     runs start again until KILLS_WANTED kills have landed mid-run, at most STARTS_AT_MOST starts. The
     moment: a random instant of the first seconds after the sink opened, when its first batch commits
-    (a cold Delta commit of two tables takes several seconds)."""
+    (a cold Delta commit of two tables takes several seconds). A Structured Streaming query reads the
+    changelogs after each run, as a consumer would: it never fails and sees each row once."""
     pair, db = mariadb_pair, maria_db
     for t in TABLES:
         create_table(pair, db, t, 300)
     cli = DeltaCli(
         pair, db, tmp_path, {"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20", "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "100"}
     )
+    readers = ChangelogReaders(spark, delta_tables(cli.root, db), tmp_path / "streams")
     writer = Writer(pair, db, list(TABLES), seed=17, transactions=100_000, pause_s=0.1).start()
     rnd = random.Random(23)
     kills: list[str] = []  # where each kill landed, by the run's own log
@@ -394,59 +395,50 @@ def test_kill_9_at_random_moments_then_restart(
                     finished.append(cli.runs)
             finally:
                 kill_group(proc)
+            readers.catch_up()
     finally:
         writer.stop()
     writer.join()
     code, final_log = cli.run(GTIDSNAP_SINK_BATCH_MS="5000")
     assert code == 0, tail(final_log)
+    readers.catch_up()
 
     histories = {name: history(path) for name, path in delta_tables(cli.root, db).items()}
     undos = check_batches(histories)
     count = check_output(spark, pair, db, cli.root)
-    print(f"kills: {kills}; runs that ended first: {finished}; undo commits: {undos}; records: {count}")
+    streamed = readers.check()
+    print(f"kills: {kills}; ended first: {finished}; undos: {undos}; records: {count}; streamed {streamed}")
 
 
 # ----------------------------------------------------------------------------- precise crashes
 
-ALL = frozenset({"a", "a.changelog", "b", "b.changelog"})
-# How much of the table at the crash's pass a crash point leaves written (the tables before it in the
-# batch are whole): a batch writes its tables in sorted order, each its mirror, then its changelog.
-# A batch appends each table's changelog (a pass of delta-before-table and delta-after-changelog each),
-# then updates each table's mirror (a pass of delta-after-mirror each): what a pass j has written.
-WRITTEN_AT_PASS = {
-    "delta-before-table": lambda first, j: {f"{t}.changelog" for t in first[: j - 1]},
-    "delta-after-changelog": lambda first, j: {f"{t}.changelog" for t in first[:j]},
-    "delta-after-mirror": lambda first, j: {f"{t}.changelog" for t in first} | set(first[:j]),
-}
 RUNS_PER_STEP = 3  # a crash can land outside its step's intent (see landing()); it is then tried again
-
-# One run per crash, each run first recovering from the crash before (a JVM start costs seconds). How
-# many tables a batch holds depends on timing (writer pace, batch_ms, chunk delay, load), so what a crash
-# leaves is derived from facts instead (landing()): the run's log names the batch it starts at and the
-# batches it finished, with how many tables each held, so the batch and the pass a crash cut are counted;
-# the writer changes both tables in every transaction (a batch with any writer transaction holds both).
-# Each step wants one landing (a batch left on these tables); should its crash fall elsewhere (a batch of
-# only snapshot rows before it), the landing is checked all the same and the step runs again.
-STEPS = [
-    # (crash, the Delta tables holding the crashed batch that the step is after, on rows committed before)
-    ("delta-after-changelog:1", {"a.changelog"}, False),  # first batch: a's changelog, no mirror yet
-    ("delta-before-table:2", {"a.changelog"}, False),  # a's changelog written, b's not
-    ("delta-after-mirror:3", {"a.changelog", "b.changelog", "a"}, True),  # a later batch, over committed rows
-    ("between-commit-and-checkpoint:2", ALL, False),  # the whole batch
-]
 
 
 @dataclass(frozen=True)
 class Landing:
-    """Where a crash fell: the batch it cut, the tables that batch must be on (derived from facts, see
-    :func:`landing`), the tables it is on (table -> its version), and how that was derived."""
+    """Where a crash fell: the checkpoint's batch, the mirrors holding a batch above it (name -> first
+    and last version of it: undone at the next start), and the changelogs the checkpoint's batch still
+    has to reach (committed at the next start)."""
 
     crash: str
     checkpoint_batch: int
-    batch: int
-    expected: frozenset[str]
-    holding: dict[str, int]
-    how: str
+    above: dict[str, tuple[int, int]]
+    pending: frozenset[str]
+    logged: frozenset[str]  # the changelogs holding the checkpoint's batch already
+
+
+# A batch writes each table's changelog rows as a file (delta-after-changelog), then (sink.merge_interval_s
+# 0) updates each mirror (delta-after-mirror), then the checkpoint is saved (between-commit-and-checkpoint
+# before it) and only then the changelog files are committed (delta-before-changelog-commit before each).
+# Each step wants one landing; should its crash fall elsewhere (a batch of one table), it runs again.
+STEPS: list[tuple[str, Callable[[Landing], bool]]] = [
+    ("delta-after-changelog:1", lambda w: not w.above and not w.pending),  # a file no commit names
+    ("delta-after-mirror:3", lambda w: bool(w.above)),  # a mirror above the checkpoint: undone
+    ("between-commit-and-checkpoint:2", lambda w: len(w.above) == len(TABLES)),
+    # the checkpoint saved, a's changelog committed, b's not: committed at the next start, not undone
+    ("delta-before-changelog-commit:2", lambda w: bool(w.pending) and bool(w.logged)),
+]
 
 
 def batch_holders(
@@ -462,72 +454,69 @@ def batch_holders(
     return held
 
 
-def whole(tables: Iterable[str]) -> frozenset[str]:
-    return frozenset(name for t in tables for name in (t, f"{t}.changelog"))
-
-
-def landing(cli: DeltaCli, crash: str, log: str, paths: dict[str, str]) -> Landing:
-    """What the crash ``crash`` (name:N) left, from the run's log, the checkpoint and the Delta log.
-
-    The run's log says which batch number it starts at (``next batch Y`` when the sink opens) and which
-    batches it finished, with their table counts. Per-table points: the finished batches account for
-    sum(K) passes, so the crash cut batch B = Y + (batches finished) at its pass j = N - sum(K), after
-    B's first j - 1 tables: with j = 2, B holds both tables (a, then b); with j = 1 in a fresh run's
-    first batch, B holds a (the first record of a run is a's first chunk or a writer transaction, which
-    writes both tables); otherwise (j = 1 after a batch of one table) which table is first is not known
-    and only the shape is checked. ``between-commit-and-checkpoint``: B is the finished batch beyond the
-    checkpoint, whole (its table count from its log line); if there is none, the pass was an empty
-    commit and no table holds a batch beyond the checkpoint."""
-    point, nth = crash.rsplit(":", 1)
-    checkpoint_batch = int(cli.checkpoint["sink_position"]["delta_batch"])
-    opened = OPEN_LINE.search(log)
-    assert opened is not None, f"{crash}: the run never opened its sink:\n{tail(log)}"
-    first_batch = int(opened[1])
-    done = committed_batches(log)
-    assert [number for number, _ in done] == list(range(first_batch, first_batch + len(done))), (
-        f"{crash}: the run started at batch {first_batch} and finished {done}"
-    )
+def landing(cli: DeltaCli, crash: str, paths: dict[str, str]) -> Landing:
+    """What the crash ``crash`` left, from the checkpoint and the Delta logs: no changelog ever holds a
+    batch above the checkpoint (it is committed only once its checkpoint is saved); mirrors may."""
+    position = cli.checkpoint["sink_position"]
+    checkpoint_batch = int(position["delta_batch"])
     histories = {name: history(path) for name, path in paths.items()}
-    for number, tables in done:  # what the log says was finished is on the tables, whole
-        held = set(batch_holders(histories, number))
-        assert len(held) == 2 * tables and held == whole(h for h in held if "." not in h), (
-            f"{crash}: batch {number} ({tables} tables by the log) is on {sorted(held)}"
-        )
-    if point == "between-commit-and-checkpoint":
-        unsaved = [(number, tables) for number, tables in done if number > checkpoint_batch]
-        assert unsaved in ([], done[-1:]), f"{crash}: finished {done}, checkpoint at {checkpoint_batch}"
-        if unsaved:
-            batch, tables = unsaved[0]
-            found = sorted(name for name in batch_holders(histories, batch) if "." not in name)
-            expected = ALL if tables == len(TABLES) else whole(found[:1])
-            how = f"after batch {batch} of {tables} tables"
-        else:
-            batch, expected, how = first_batch + len(done), frozenset(), "after an empty commit"
-    else:
-        batch = first_batch + len(done)
-        assert not done or checkpoint_batch == batch - 1, (
-            f"{crash}: batch {batch - 1} finished, the checkpoint is at {checkpoint_batch}"
-        )
-        j = int(nth) - sum(tables for _, tables in done)
-        assert 1 <= j <= len(TABLES), f"{crash}: pass {j} of batch {batch}, after finished batches {done}"
-        how = f"pass {j} of batch {batch}, after {len(done)} finished batches of this run"
-        written = WRITTEN_AT_PASS[point]
-        holders = sorted(name.split(".")[0] for name in batch_holders(histories, batch))
-        if (
-            point == "delta-after-mirror"
-            or j == len(TABLES)
-            or (j == 1 and first_batch == 1 and cli.runs == 1)
-        ):
-            # the changelogs are all written before any mirror: the batch's tables are those
-            first = tuple(sorted(set(holders))) if point == "delta-after-mirror" else TABLES[:j]
-            first = first or TABLES[:j]
-        else:  # j == 1 in a later batch (one after a batch of one table): its first table is not known
-            first = tuple(holders[:1]) or TABLES[:1]
-            how += " (which table it wrote first is not known: only the shape is checked)"
-        expected = written(first, j)
     top = max((m.get("gtidsnap_batch", 0) for c in histories.values() for _, _, m in c), default=0)
-    assert top <= batch, f"{crash} ({how}): batch {top} was written, beyond the cut batch {batch}"
-    return Landing(crash, checkpoint_batch, batch, frozenset(expected), batch_holders(histories, batch), how)
+    for batch in range(checkpoint_batch + 1, top + 1):
+        logged = sorted(name for name in batch_holders(histories, batch) if "." in name)
+        assert not logged, f"{crash}: {logged} hold batch {batch}, above the checkpoint's {checkpoint_batch}"
+    # the batch the crash cut is the newest (an undone batch's number is never used again)
+    above = batch_holders(histories, top) if top > checkpoint_batch else {}
+    named = {f"{a['table'][1]}.changelog" for a in position.get("changelog_appends", [])}
+    assert all(a["batch"] == checkpoint_batch for a in position.get("changelog_appends", [])), position
+    logged = frozenset(n for n in named if n in batch_holders(histories, checkpoint_batch))
+    return Landing(crash, checkpoint_batch, above, frozenset(named - logged), logged)
+
+
+class ChangelogReaders:
+    """A Structured Streaming query over each changelog as a consumer runs one (``readStream`` of the
+    Delta table, no ``skipChangeCommits``), started again after each gtidsnap run with ``availableNow``
+    and its own checkpoint, so each start reads what was committed since: a commit that removed rows
+    would fail it. Everything it saw is kept, to be compared with the tables at the end."""
+
+    def __init__(self, spark: SparkSession, paths: dict[str, str], folder: Path) -> None:
+        self.spark, self.folder = spark, folder
+        self.paths = {name: path for name, path in paths.items() if name.endswith(".changelog")}
+        self.seen: dict[str, list[tuple[Any, ...]]] = {name: [] for name in self.paths}
+        self.batches: dict[str, list[int]] = {name: [] for name in self.paths}
+
+    def catch_up(self) -> None:
+        for name, path in self.paths.items():
+            if not (Path(path) / "_delta_log" / f"{0:020d}.json").exists():
+                continue  # not created yet
+
+            def collect(frame: Any, batch_id: int, name: str = name) -> None:
+                self.batches[name].append(batch_id)
+                self.seen[name].extend(tuple(r) for r in frame.select("_seq", "_op", "id").collect())
+
+            query = (
+                self.spark.readStream.format("delta")
+                .load(path)
+                .writeStream.foreachBatch(collect)
+                .option("checkpointLocation", str(self.folder / name))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination(RUN_TIMEOUT_S)
+            assert query.exception() is None, f"the stream of {name} failed: {query.exception()}"
+            assert not query.isActive, f"the stream of {name} did not finish within {RUN_TIMEOUT_S:.0f}s"
+
+    def check(self) -> int:
+        """Each changelog's stream saw every row of the table once; returns how many rows it saw."""
+        for name, path in self.paths.items():
+            batches = self.batches[name]
+            assert batches == sorted(set(batches)), f"{name}: stream batches {batches} repeat"
+            table = self.spark.read.format("delta").load(path).select("_seq", "_op", "id").collect()
+            twice = [r for r, n in Counter(self.seen[name]).items() if n > 1]
+            assert not twice, f"the stream of {name} saw rows twice: {twice[:5]}"
+            assert sorted(self.seen[name]) == sorted(tuple(r) for r in table), (
+                f"the stream of {name} saw {len(self.seen[name])} rows, the table holds {len(table)}"
+            )
+        return sum(map(len, self.seen.values()))
 
 
 def crash_cli(
@@ -561,51 +550,48 @@ def test_kill_9_at_each_point_of_a_delta_commit(
     mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path, spark: SparkSession
 ) -> None:
     """Runs SIGKILL themselves at each instant of a Delta commit (GTIDSNAP_TEST_CRASH_AT), in turn, while
-    a writer runs. Each crash leaves its batch on exactly the tables written before the kill; the next
-    start undoes it on exactly those, each in one commit that puts back the rows of the version before it
-    (read back by time travel), and never reuses its number; the last run finishes and the output is
-    exact."""
+    a writer runs, and a Structured Streaming query reads the changelogs after each run. No changelog
+    ever holds a batch above the checkpoint, and none is ever rewritten (the streams never fail and see
+    each row once); a checkpoint saved before its changelog commits gets them at the next start; a
+    mirror's batch above the checkpoint is undone in one commit that puts back the rows of the version
+    before it (read back by time travel); the last run finishes and the output is exact."""
     pair, db = mariadb_pair, maria_db
     # the mirror is written in every batch (merges not deferred: see the deferred test for those), and
     # the changelogs take snapshot rows too: every batch writes both tables of each table it holds
     cli = crash_cli(pair, db, tmp_path, merge_interval_s="0", changelog_snapshot_rows="true")
     paths = delta_tables(cli.root, db)
+    readers = ChangelogReaders(spark, paths, tmp_path / "streams")
     writer = Writer(
         pair, db, list(TABLES), seed=29, transactions=100_000, pause_s=0.2, every_table=True
     ).start()
     landings: list[Landing] = []
     try:
-        for crash, intended, over_committed_rows in STEPS:
+        for crash, intended in STEPS:
             tried: list[str] = []
             for _ in range(RUNS_PER_STEP):
                 code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash)
+                readers.catch_up()
                 if code == 0:  # the run finished before its crash point's pass came
                     tried.append(f"run {cli.runs} finished")
                     continue
                 assert code == -signal.SIGKILL, f"the run did not die at {crash}: exit {code}\n{tail(log)}"
-                where = landing(cli, crash, log, paths)
-                assert set(where.holding) == where.expected, (
-                    f"{crash} ({where.how}): batch {where.batch} reached {sorted(where.holding)}, "
-                    f"not {sorted(where.expected)}"
-                )
+                where = landing(cli, crash, paths)
                 landings.append(where)
-                tried.append(f"run {cli.runs}: {where.how}: {sorted(where.holding)}")
-                if where.expected == intended and (
-                    not over_committed_rows
-                    or all(rows_at(paths[n], first - 1, spark) for n, (first, _) in where.holding.items())
-                ):
+                tried.append(f"run {cli.runs}: {where}")
+                if intended(where):
                     break
             else:
-                pytest.fail(f"{crash} never landed on {sorted(intended)} in {RUNS_PER_STEP} runs: {tried}")
+                pytest.fail(f"{crash} never landed as intended in {RUNS_PER_STEP} runs: {tried}")
     finally:
         writer.stop()
     writer.join()
     code, log = cli.run(GTIDSNAP_SINK_BATCH_MS="5000")
     assert code == 0, tail(log)
+    readers.catch_up()
 
     histories = {name: history(path) for name, path in paths.items()}
     for where in landings:
-        for name, (first, last) in where.holding.items():
+        for name, (first, last) in where.above.items():
             undo = {v: (op, meta) for v, op, meta in histories[name]}.get(last + 1)
             wanted = {"gtidsnap_undo": {"to_version": first - 1, "checkpoint_batch": where.checkpoint_batch}}
             assert undo is not None and undo[1] == wanted, (
@@ -614,9 +600,17 @@ def test_kill_9_at_each_point_of_a_delta_commit(
             assert rows_at(paths[name], last + 1, spark) == rows_at(paths[name], first - 1, spark), (
                 f"{where.crash}: the undo of {name} did not put back the rows of its version {first - 1}"
             )
+        for name in where.pending:  # committed by the next start, once
+            held = [v for v, _, m in histories[name] if m.get("gtidsnap_batch") == where.checkpoint_batch]
+            assert len(held) == 1, f"{where.crash}: {name} holds batch {where.checkpoint_batch} at {held}"
+    for name, path in paths.items():
+        if name.endswith(".changelog"):
+            removing = [v for v, action in log_actions(path) if "remove" in action]
+            assert not removing, f"{name}: versions {removing} removed rows from the changelog"
     check_batches(histories)
     check_output(spark, pair, db, cli.root)
-    print("crashes: " + "; ".join(f"{w.crash} ({w.how}): {sorted(w.holding)}" for w in landings))
+    streamed = readers.check()
+    print(f"streamed {streamed} changelog rows; crashes: " + "; ".join(map(str, landings)))
 
 
 # ----------------------------------------------------------------------------- the deferred write path
@@ -625,6 +619,7 @@ DEFERRED_STEPS = (
     "delta-mirror-files-written:1",  # fresh snapshot rows written as the mirror's files, not committed
     "delta-after-mirror:2",  # an APPEND of fresh snapshot rows (or a due MERGE)
     "delta-after-changelog:3",  # changes of checkpointed batches still wait for their MERGE ...
+    "delta-before-changelog-commit:2",  # a checkpoint saved before its changelog commits: made at start
     "delta-before-catch-up:1",  # ... so the next start MERGEs them from the changelog: killed before
     "delta-after-catch-up:1",  # and after it (the catch-up is a batch: undone, then done again)
     "delta-mirror-rewritten:1",  # a due MERGE's rewritten files written, not committed
@@ -725,10 +720,10 @@ def test_kill_9_in_the_early_append_of_new_keys(
 # ----------------------------------------------------------------------------- the mirror job
 
 MIRROR_JOB_STEPS = (  # (who, crash point): gtidsnap with sink.mirror = job, or spark/mirror_job.py
-    ("gtidsnap", "between-commit-and-checkpoint:3"),  # changelog batches above the checkpoint ...
-    ("job", "mirror-job-after-create:1"),  # ... which the job must not read; killed once mirror a exists
+    ("gtidsnap", "between-commit-and-checkpoint:3"),  # changelog files of a batch in no commit ...
+    ("job", "mirror-job-after-create:1"),  # ... which the job never sees; killed once mirror a exists
     ("job", "mirror-job-after-write:1"),  # killed after the first load (APPEND) of a
-    ("gtidsnap", "delta-after-changelog:4"),  # a batch above the checkpoint again, undone next start
+    ("gtidsnap", "delta-before-changelog-commit:3"),  # checkpointed, not all committed: made at start
     ("job", "mirror-job-before-write:2"),  # a MERGEd, b created: killed before b's first load
     ("job", "mirror-job-after-write:1"),  # nothing new for a: killed after b's first load
     ("gtidsnap", "between-commit-and-checkpoint:2"),
@@ -741,7 +736,7 @@ def test_kill_9_in_the_mirror_job(
 ) -> None:
     """sink.mirror = job: gtidsnap writes the changelogs only and spark/mirror_job.py keeps the mirrors,
     each killed in turn at its own instants while a writer runs. The job never reads past gtidsnap's
-    checkpoint (a batch there is undone and replayed when gtidsnap restarts), resumes from what its
+    checkpoint (no changelog holds a batch beyond it), resumes from what its
     mirror commits say, and the final mirrors are exact, no key twice."""
     pair, db = mariadb_pair, maria_db
     cli = crash_cli(pair, db, tmp_path, merge_interval_s="5")
