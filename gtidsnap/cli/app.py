@@ -26,6 +26,7 @@ from rich.text import Text
 
 from gtidsnap.cli.output import EscapedLog, err, error_line, out, printable, say
 from gtidsnap.cli.snapshot_commands import snapshot_app
+from gtidsnap.cli.verify_command import verify
 from gtidsnap.config.loading import Config, load_config, parse_table_name
 from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.errors import GtidsnapError, PrerequisiteError
@@ -48,6 +49,7 @@ app.add_typer(
     name="snapshot",
     help="Start, stop, pause or resume snapshots of a running gtidsnap through its Kafka signal topic.",
 )
+app.command()(verify)
 log = logging.getLogger("gtidsnap")
 
 ConfigOpt = Annotated[

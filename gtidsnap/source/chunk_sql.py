@@ -196,6 +196,22 @@ def chunk_query(
     return (sql if limit is None else f"{sql} LIMIT {int(limit)}"), params
 
 
+def keys_query(schema: TableSchema, keys: Sequence[Sequence[Any]]) -> tuple[str, Params]:
+    """Every column of the rows with one of ``keys`` (each bound by :func:`key_binder`), in key order:
+    the rows ``gtidsnap verify`` reads again."""
+    if not keys:
+        raise ValueError("keys_query needs at least one key")
+    parts, params = [], []
+    for key in keys:
+        sql, p = _bound(schema, "=", key)
+        parts.append(f"({sql})")
+        params += p
+    columns = ", ".join(_ident(c.name) for c in schema.columns)
+    order = ", ".join(_ident(n) for n in schema.key)
+    where = " OR ".join(parts)
+    return f"SELECT {BOUNDS_MODE}{columns} FROM {_table(schema)} WHERE {where} ORDER BY {order}", params
+
+
 def chunk_ends_query(
     schema: TableSchema,
     after: Sequence[Any] | None,

@@ -37,7 +37,7 @@ from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.model import Flavor, TableId
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.source.catalog import Catalog, as_text
-from gtidsnap.source.chunk_sql import chunk_ends_query, chunk_query, max_key_query
+from gtidsnap.source.chunk_sql import chunk_ends_query, chunk_query, keys_query, max_key_query
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.preflight import (
     RELEVANT_VARIABLES,
@@ -294,6 +294,15 @@ class Replica:
         """Rows with ``after < key <= upto`` in key order, at most ``limit`` (None: all), normalised."""
         sql, params = chunk_query(schema, after, upto, limit, condition)
         what = f"selecting a chunk of {schema.table}"
+        with self._lock:
+            return self._run_locked(
+                sql, params, what, lambda cur: self._read_chunk(cur, schema), unbuffered=True
+            )
+
+    def select_keys(self, schema: TableSchema, keys: Sequence[Sequence[Any]]) -> ChunkResult:
+        """The rows with one of ``keys`` (those that exist), in key order, normalised."""
+        sql, params = keys_query(schema, keys)
+        what = f"selecting {len(keys)} rows of {schema.table} by key"
         with self._lock:
             return self._run_locked(
                 sql, params, what, lambda cur: self._read_chunk(cur, schema), unbuffered=True

@@ -1,0 +1,282 @@
+"""``gtidsnap verify``: a source table on the replica compared with its Delta mirror, key range by key
+range, while writers and gtidsnap may both be running.
+
+How a range is compared at one consistent point: the replica's executed GTID set ``lw`` is read, then
+the range's rows (a keyset SELECT, as a snapshot chunk is read). The output is then awaited until its
+checkpoint has processed ``lw`` (and the changelog holds that checkpoint's batch), so the mirror
+overlaid with the changelog's newer records (:func:`current_state`) holds every change up to ``lw``.
+The keys of the range that changed after ``lw`` are those with a changelog record numbered at or above
+the checkpoint's ``next_seq`` when verify began whose GTID is not in ``lw``: they are left out of the
+comparison, as a snapshot window leaves out the keys that changed under it. Everything else must be
+equal. Both sides are compared in the mirror's own types: the source's rows are rendered by the code
+that renders a snapshot's chunks (:class:`gtidsnap.sinks.arrow_columns.ArrowRenderer`), so a value is
+compared with itself for every type; the rule is :mod:`gtidsnap.core.mirror_diff`.
+
+Keys that differ, that only the mirror has, or that changed during their range's read are read again
+by key (a second consistent point) and compared again: a writer's change caught between two reads is
+not reported, a real difference is. A key that changed both times is counted as not compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.errors import SinkError
+from gtidsnap.core.gtid import GtidSet, parse_gtid_set
+from gtidsnap.core.mirror_diff import Difference, Key, diff_rows
+from gtidsnap.core.model import TableId, quote_ident
+from gtidsnap.core.ports import CheckpointPort
+from gtidsnap.core.schema import TableSchema
+from gtidsnap.sinks.arrow_columns import ArrowRenderer
+from gtidsnap.sinks.delta.catch_up import current_state
+from gtidsnap.sinks.delta.changelog_appends import holds_batch
+from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
+from gtidsnap.sinks.delta.position import parse_position
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from gtidsnap.source.replica import Replica
+    from gtidsnap.source.result_rows import ChunkResult
+
+log = logging.getLogger("gtidsnap.verify")
+
+RANGE_ROWS = 50_000  # rows of a key range, read and compared at one point
+RECHECK_AT_MOST = 10_000  # keys read again by key at most (the first ones found)
+RECHECK_BATCH = 500  # keys a SELECT reads again
+
+
+@dataclass
+class VerifyReport:
+    """What verifying one table found."""
+
+    table: TableId
+    key: tuple[str, ...]
+    source_rows: int = 0
+    ranges: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    changing: int = 0  # keys that changed while read, both times: not compared
+    rechecked: int = 0
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+
+class MirrorVerifier:
+    """Compares source tables with their mirrors under the output at ``root`` (see the module
+    docstring); ``store`` is the output's checkpoint, read to know how far the output has come."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: str,
+        replica: Replica,
+        store: CheckpointPort,
+        range_rows: int = RANGE_ROWS,
+        wait_s: float = 120.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.spark, self.root, self.replica, self.store = spark, root, replica, store
+        self.range_rows, self.wait_s, self.sleep = range_rows, wait_s, sleep
+
+    # ------------------------------------------------------------------ the whole table
+    def verify(self, table: TableId, progress: Callable[[VerifyReport], None] | None = None) -> VerifyReport:
+        schema = self.replica.schema(table)
+        since = self._usable(table).next_seq  # a record at or above it came after verify began
+        key = list(schema.key)
+        report = VerifyReport(table, tuple(key))
+        upto = self.replica.max_key(schema)
+        recheck: dict[Key, None] = {}
+        read_keys: list[pa.Table] = []
+        after: Sequence[Any] | None = None
+        lw = self.replica.executed()
+        while upto is not None:
+            lw = self.replica.executed()
+            chunk = self.replica.select_chunk(schema, after, upto, self.range_rows)
+            if not chunk.count:
+                break
+            rows = _rendered(chunk, schema)
+            report.source_rows += rows.num_rows
+            report.ranges += 1
+            read_keys.append(rows.select(key))
+            found, changed = self._compare(table, schema, rows, lw, since)
+            recheck.update(dict.fromkeys([*(d.key for d in found), *changed]))
+            if progress is not None:
+                progress(report)
+            if chunk.count < self.range_rows:
+                break
+            after = chunk.last_raw_key
+        self._wait_passed(table, lw)
+        recheck.update(dict.fromkeys(self._mirror_only(table, key, read_keys)))
+        if recheck:
+            self._recheck(table, schema, list(recheck)[:RECHECK_AT_MOST], since, report)
+        return report
+
+    # ------------------------------------------------------------------ one consistent point
+    def _compare(
+        self, table: TableId, schema: TableSchema, rows: pa.Table, lw: GtidSet, since: int
+    ) -> tuple[list[Difference], set[Key]]:
+        """``rows`` (read after ``lw``) against the mirror's rows of their keys once the output has passed
+        ``lw``: the differences, and the keys that changed after ``lw`` (left out)."""
+        self._wait_passed(table, lw)
+        key = list(schema.key)
+        keys = rows.select(key)
+        held = self._mirror_rows(table, keys, [c.name for c in schema.columns], rows.schema)
+        changed = self._changed_after(table, keys, since, lw)
+        source = _by_key(rows, key)
+        mirror = _by_key(held, key)
+        single = [c.name for c in schema.columns if c.data_type == "float"]
+        columns = [c.name for c in schema.columns]
+        return diff_rows(source, mirror, columns, single, changed), changed
+
+    def _recheck(
+        self, table: TableId, schema: TableSchema, keys: list[Key], since: int, report: VerifyReport
+    ) -> None:
+        """The keys found different, mirror-only or changing, read again by key and compared again."""
+        report.rechecked = len(keys)
+        key = list(schema.key)
+        for start in range(0, len(keys), RECHECK_BATCH):
+            part = keys[start : start + RECHECK_BATCH]
+            lw = self.replica.executed()
+            rows = _rendered(self.replica.select_keys(schema, part), schema)
+            key_schema = pa.schema([rows.schema.field(k) for k in key])
+            asked = pa.Table.from_pylist([dict(zip(key, k, strict=True)) for k in part], schema=key_schema)
+            self._wait_passed(table, lw)
+            held = self._mirror_rows(table, asked, [c.name for c in schema.columns], rows.schema)
+            changed = self._changed_after(table, asked, since, lw)
+            single = [c.name for c in schema.columns if c.data_type == "float"]
+            columns = [c.name for c in schema.columns]
+            report.differences += diff_rows(_by_key(rows, key), _by_key(held, key), columns, single, changed)
+            report.changing += len(changed)
+
+    # ------------------------------------------------------------------ the output
+    def _usable(self, table: TableId) -> Checkpoint:
+        """The checkpoint, once the output can be compared for ``table`` (a clear error otherwise)."""
+        from delta.tables import DeltaTable
+
+        checkpoint = self.store.load()
+        if checkpoint is None:
+            raise SinkError("there is no checkpoint: nothing was written to the output to verify yet")
+        if not DeltaTable.isDeltaTable(self.spark, mirror_path(self.root, table)):
+            raise SinkError(f"{table} has no mirror at {mirror_path(self.root, table)}: snapshot it first")
+        if not DeltaTable.isDeltaTable(self.spark, changelog_path(self.root, table)):
+            raise SinkError(
+                f"{table} has no changelog at {changelog_path(self.root, table)}: verify needs it "
+                "(sink.changelog = true, the default) to know which keys changed while it reads"
+            )
+        pending = [t for t in checkpoint.context.pending() if t.table == table]
+        if pending:
+            raise SinkError(f"the snapshot of {table} is under way: verify it once the snapshot is done")
+        return checkpoint
+
+    def _wait_passed(self, table: TableId, lw: GtidSet) -> None:
+        """Until the output's checkpoint has processed ``lw``, the changelog holds its batch and no staged
+        snapshot rows of ``table`` wait for the mirror."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            checkpoint = self.store.load()
+            if checkpoint is not None and checkpoint.processed >= lw and self._settled(table, checkpoint):
+                return
+            if time.monotonic() >= deadline:
+                reached = checkpoint.processed if checkpoint is not None else "nothing"
+                raise SinkError(
+                    f"the output has not reached the replica's position {lw} within {self.wait_s:.0f} s "
+                    f"(its checkpoint is at {reached}): verify compares a table once gtidsnap has "
+                    "streamed past what it read, so gtidsnap must be running (or the source quiet)"
+                )
+            self.sleep(0.2)
+
+    def _settled(self, table: TableId, checkpoint: Checkpoint) -> bool:
+        position = parse_position(checkpoint.sink_position)
+        if any(f.table == table for f in position.staged):
+            return False  # snapshot rows on their way to the mirror
+        path = changelog_path(self.root, table)
+        return all(holds_batch(self.spark, path, a.batch) for a in position.appends if a.table == table)
+
+    def _state(self, table: TableId) -> DataFrame:
+        return current_state(self.spark, self.root, table)
+
+    def _mirror_rows(
+        self, table: TableId, keys: pa.Table, columns: Sequence[str], like: pa.Schema
+    ) -> pa.Table:
+        """The mirror's current rows of ``keys`` (overlaid with the changelog), as ``like``'s types."""
+        from pyspark.sql import functions as F
+
+        if not keys.num_rows:
+            return like.empty_table()
+        asked = self.spark.createDataFrame(keys)
+        frame = self._state(table).join(F.broadcast(asked), on=list(keys.column_names), how="left_semi")
+        held = frame.select(*[F.col(quote_ident(c)) for c in columns]).toArrow()
+        return _as_types(held, like)
+
+    def _changed_after(self, table: TableId, keys: pa.Table, since: int, lw: GtidSet) -> set[Key]:
+        """Keys with a changelog record from ``since`` on whose transaction is not in ``lw``."""
+        from pyspark.sql import functions as F
+
+        if not keys.num_rows:
+            return set()
+        names = list(keys.column_names)
+        asked = self.spark.createDataFrame(keys)
+        frame = (
+            self.spark.read.format("delta")
+            .load(changelog_path(self.root, table))
+            .where(F.col("_seq") >= F.lit(since))
+            .join(F.broadcast(asked), on=names, how="left_semi")
+            .select(*[F.col(quote_ident(n)) for n in names], "_gtid")
+        )
+        changed: set[Key] = set()
+        flavor = self.replica.flavor
+        for row in _as_types(frame.toArrow(), keys.schema.append(pa.field("_gtid", pa.string()))).to_pylist():
+            gtid = row["_gtid"]
+            if gtid is None or not parse_gtid_set(str(flavor), gtid) <= lw:
+                changed.add(tuple(row[n] for n in names))
+        return changed
+
+    def _mirror_only(self, table: TableId, key: list[str], read: list[pa.Table]) -> list[Key]:
+        """Keys the mirror holds that the source's ranges did not have (the first ones)."""
+        from pyspark.sql import functions as F
+
+        frame = self._state(table).select(*[F.col(quote_ident(k)) for k in key])
+        if read:
+            known = pa.concat_tables(read)
+            frame = frame.join(self.spark.createDataFrame(known), on=key, how="left_anti")
+            like = known.schema
+        else:
+            like = None
+        rows = frame.limit(RECHECK_AT_MOST).toArrow()
+        if like is not None:
+            rows = _as_types(rows, like)
+        return [tuple(r[k] for k in key) for r in rows.to_pylist()]
+
+
+def _rendered(chunk: ChunkResult, schema: TableSchema) -> pa.Table:
+    """The chunk's rows in the mirror's types, by the code that renders a snapshot's chunks."""
+    _, rows = ArrowRenderer()(chunk.rows, schema)
+    return pa.Table.from_batches([rows.batch])
+
+
+def _as_types(rows: pa.Table, like: pa.Schema) -> pa.Table:
+    """``rows`` with the types of ``like``'s columns of the same name (a mirror's widened column, a
+    timestamp read back by Spark): a column that cannot be cast stays as read."""
+    columns = []
+    for name in rows.column_names:
+        column = rows.column(name)
+        index = like.get_field_index(name)
+        if index >= 0 and column.type != like.field(index).type:
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                column = column.cast(like.field(index).type)
+        columns.append(column)
+    return pa.table(columns, names=rows.column_names)
+
+
+def _by_key(rows: pa.Table, key: Sequence[str]) -> dict[Key, dict[str, Any]]:
+    return {tuple(r[k] for k in key): r for r in rows.to_pylist()}
