@@ -216,6 +216,9 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
                     f"{said}false but sink.mirror = job: the mirror job "
                     "builds the mirrors from the changelogs, which must then hold every record"
                 )
+    if sink.type == "delta" and sink.history and not sink.changelog:
+        said = origins.get(("sink", "changelog"), Origin("default")).where("sink.changelog")
+        raise ConfigError(f"sink.history is on but {said} is false: the history is kept from the changelog")
     if settings.snapshot.reader_pool == "spark" and settings.snapshot.readers == 0:
         origin = origins.get(("snapshot", "readers"), Origin("default"))
         said = origin.where("snapshot.readers") + ("=" if origin.kind == "env" else " = ")

@@ -284,6 +284,11 @@ class SinkSettings(_Section):
         "large mirror then costs what it changes, not the files it touches (a JVM's first such MERGE "
         "costs seconds more; readers need Delta's deletionVectors feature: Delta 2.3+, delta-rs, Trino)",
     )
+    history: bool = Field(
+        default=False,
+        description="delta: keep an SCD type 2 history table per source table (<table>.history) from its "
+        "changelog, every merge_interval_s (the changelog then takes the snapshot rows too)",
+    )
     mirror: Annotated[MirrorKeeper, BeforeValidator(lower)] = Field(
         default="gtidsnap",
         description="delta: who writes the mirror tables: gtidsnap, or job (spark/mirror_job.py on any "

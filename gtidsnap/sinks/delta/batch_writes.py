@@ -84,8 +84,8 @@ class TableWriter:
         self.deferred: list[LogAppend] = []  # the appends of the batch being written
         self._seen: dict[TableId, dict[str, Column]] = {}  # every column a table's mirror was given
         self.keeps_mirrors = settings.mirror == "gtidsnap"
-        self.logs_snapshot_rows = settings.changelog and (
-            settings.changelog_snapshot_rows or not self.keeps_mirrors
+        self.logs_snapshot_rows = settings.changelog and (  # the history is kept from the changelog
+            settings.changelog_snapshot_rows or settings.history or not self.keeps_mirrors
         )
 
     def mirror_shape(self, table: TableId, schema: TableSchema, seen: dict[str, Column]) -> Shape:

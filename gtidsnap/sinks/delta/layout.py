@@ -16,12 +16,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 CHANGELOG_SUFFIX = ".changelog"
+HISTORY_SUFFIX = ".history"  # sink.history's SCD type 2 table (a "." is never left in an encoded name)
+_SUFFIXES: dict[TableKind, str] = {"changelog": CHANGELOG_SUFFIX, "history": HISTORY_SUFFIX, "mirror": ""}
 KEY_PROPERTY = "gtidsnap.key"  # table property: the JSON list of the key columns the table is merged by
 SOURCE_PROPERTY = "gtidsnap.source"  # table property: the source table, db.table
 _SAFE = re.compile(r"[A-Za-z0-9_$-]")
 _ESCAPE = re.compile(r"~([0-9a-f]{2})")
 
-TableKind = Literal["mirror", "changelog"]
+TableKind = Literal["mirror", "changelog", "history"]
 
 
 def encode_name(name: str) -> str:
@@ -64,6 +66,10 @@ def changelog_path(root: str, table: TableId) -> str:
     return mirror_path(root, table) + CHANGELOG_SUFFIX
 
 
+def history_path(root: str, table: TableId) -> str:
+    return mirror_path(root, table) + HISTORY_SUFFIX
+
+
 def default_app_id(root: str) -> str:
     """Stable per output location, so a restarted instance recognises its own idempotent writes."""
     return "gtidsnap-" + hashlib.sha256(root.encode("utf-8")).hexdigest()[:16]
@@ -71,7 +77,7 @@ def default_app_id(root: str) -> str:
 
 @dataclass(frozen=True)
 class DeltaTableRef:
-    """One Delta table of the layout: which source table, mirror or changelog, where."""
+    """One Delta table of the layout: which source table, mirror, changelog or history, where."""
 
     table: TableId
     kind: TableKind
@@ -125,10 +131,10 @@ def list_tables(spark: SparkSession, root: str) -> list[DeltaTableRef]:
             name = str(status.getPath().getName())
             if not status.isDirectory() or not _has_commit(fs, hadoop_path(status.getPath(), "_delta_log")):
                 continue
-            kind: TableKind = "changelog" if name.endswith(CHANGELOG_SUFFIX) else "mirror"
-            table_segment = name[: -len(CHANGELOG_SUFFIX)] if kind == "changelog" else name
+            kind: TableKind = next(k for k, suffix in _SUFFIXES.items() if name.endswith(suffix))
+            table_segment = name[: len(name) - len(_SUFFIXES[kind])]
             table = TableId(decode_name(str(db_path.getName())), decode_name(table_segment))
-            path = mirror_path(root, table) + (CHANGELOG_SUFFIX if kind == "changelog" else "")
+            path = mirror_path(root, table) + _SUFFIXES[kind]
             found.append(DeltaTableRef(table, kind, path))
     return sorted(found, key=lambda r: (r.table, r.kind))
 

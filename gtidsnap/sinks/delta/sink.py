@@ -31,6 +31,7 @@ from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.batch_writes import Pending, TableWriter, by_table
 from gtidsnap.sinks.delta.catch_up import NOTHING_WAITS, changelog_after
 from gtidsnap.sinks.delta.changelog_appends import commit_append, finish_appends
+from gtidsnap.sinks.delta.history_keeper import HistoryKeeper
 from gtidsnap.sinks.delta.layout import (
     absolute_root,
     changelog_path,
@@ -91,6 +92,7 @@ class DeltaSink:
         self._final: int | None = None  # the batch sealed once the run drains: its checkpoint ends it
         self._done: list[staging.StagedFile] = []  # appended: deleted once no checkpoint names them
         self._held: HeldSeq | None = None  # the greatest _seq in the output when it opened
+        self._history: HistoryKeeper | None = None  # sink.history's tables, kept from the changelogs
 
     @property
     def _keeps_mirrors(self) -> bool:
@@ -144,6 +146,8 @@ class DeltaSink:
         self._keeper.checkpointed(batch)
         if self._final is not None and batch >= self._final:
             self._keeper.finish(wait=True)
+            if self._history is not None:  # the changelogs are whole: the histories are made so too
+                self._history.finish(final=True)
 
     def open(self, committed: Any) -> None:
         position = parse_position(committed)
@@ -178,6 +182,9 @@ class DeltaSink:
             logged = {ref.table for ref in tables if ref.kind == "changelog"}
             self._resume_mirrors(recovered.watermarks, logged, staged, last or 0)
             self._keeper.start()
+            if settings.history and self._checkpoints_reported:  # changelogs of checkpointed data only
+                self._history = HistoryKeeper(self.spark.newSession(), self.root, settings.merge_interval_s)
+                self._history.start()
         except SinkError:
             raise
         except Exception as exc:  # Spark/Delta/py4j errors: say where
@@ -324,6 +331,8 @@ class DeltaSink:
             if self._draining and self._keeper.background:  # appended after the last checkpoint
                 with contextlib.suppress(OSError):
                     staging.remove(self._keeper.position_files()[1])
+        if self._history is not None:
+            self._history.finish(final=False)
         self._reset()
         self._batch = None
         self._failed = None
@@ -337,6 +346,7 @@ class DeltaSink:
         self._pending.clear()
         self._tables = None
         self._keeper = None
+        self._history = None
         self._table_writer = None
         self._draining = False
         self._final = None
@@ -346,6 +356,8 @@ class DeltaSink:
         started = time.monotonic()
         keeper = self.keeper
         keeper.check()  # a failed background update stops the run
+        if self._history is not None:
+            self._history.check()
         staging.remove(self._done)  # appended before the checkpoint the last batch saved
         self._done = []
         saved = keeper.saved() if not keeper.background else None
