@@ -121,7 +121,8 @@ def update_history(spark: SparkSession, root: str, table: TableId, since: int | 
 def versions_and_closures(new: DataFrame, history: DataFrame, key: list[str], data: list[str]) -> DataFrame:
     """The MERGE's source: a row per version the records ``new`` open (``_op`` c, u or r), valid until
     the key's next record; and a row per key's open version in ``history`` that its first new record
-    ends (``_op`` NULL: only its end is set)."""
+    ends (``_op`` NULL: only its end is set). A version opened at or after the first record taken (the
+    records taken again) is left as the records make it, not closed."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -129,9 +130,10 @@ def versions_and_closures(new: DataFrame, history: DataFrame, key: list[str], da
     in_order = Window.partitionBy(*keys).orderBy("_seq")
     opened = history.where("is_current").select(*keys, F.col("valid_from_seq").alias("_open_seq"))
     marked = new.withColumn("_prev_op", F.lag("_op").over(in_order)).join(opened, on=key, how="left")
+    older_open = F.col("_open_seq").isNotNull() & (F.col("_open_seq") < F.col("_seq"))  # not a replay's own
     restating = (F.col("_op") == "r") & (
         (F.col("_prev_op").isNotNull() & (F.col("_prev_op") != "d"))
-        | (F.col("_prev_op").isNull() & F.col("_open_seq").isNotNull())
+        | (F.col("_prev_op").isNull() & older_open)
     )
     kept = marked.where(~restating)
     after = kept.withColumn("_next_seq", F.lead("_seq").over(in_order))
@@ -149,7 +151,7 @@ def versions_and_closures(new: DataFrame, history: DataFrame, key: list[str], da
         F.col("_next_seq").isNull().alias("is_current"),
         F.col("_next_op").alias("ended_by"),
     )
-    closures = after.where(F.col("_first") & F.col("_open_seq").isNotNull()).select(
+    closures = after.where(F.col("_first") & older_open).select(
         *[F.col(quote_ident(c)) if c in key else F.lit(None).alias(c) for c in data],
         F.lit(None).cast("string").alias("_op"),
         F.lit(None).cast("string").alias("_gtid"),
