@@ -50,7 +50,8 @@ def verify(
         error_line("--range-rows must be at least 1, --show at least 0, --wait more than 0")
         raise typer.Exit(2)
     try:
-        cfg = load_config(config, overrides={"sink.path": sink_path, "checkpoint.path": checkpoint})
+        where = str(checkpoint) if checkpoint is not None else None
+        cfg = load_config(config, overrides={"sink.path": sink_path, "checkpoint.path": where})
         names = [parse_table_name(t, "verify") for t in tables]
     except GtidsnapError as exc:
         error_line(str(exc))

@@ -70,7 +70,7 @@ def verify(cli: DeltaCli, *tables: str, **env: str) -> subprocess.CompletedProce
         "--checkpoint",
         str(cli.out / "checkpoint.json"),
         "--range-rows",
-        "37",
+        "20",
         "--wait",
         "120",
     )
@@ -124,7 +124,7 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
         str(tmp_path / "checkpoint.json"),
     )
     proc, log = cli._spawn(args, "run", {})
-    writer = Writer(pair, db, ["a"], seed=59, transactions=100_000, pause_s=0.01)
+    writer = Writer(pair, db, ["a"], seed=59, transactions=100_000, pause_s=0.05)
     try:
         wait_checkpoint(
             cli,
