@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from gtidsnap.core.run_stats import RunStats
     from gtidsnap.engine.loop import Engine
     from gtidsnap.runner import build_engine, read_checkpoint, run_engine
-    from gtidsnap.sinks.delta import current_state
+    from gtidsnap.sinks.delta import current_state, current_state_of
     from gtidsnap.source.replica import Replica
 
 __version__ = "0.1.0"
@@ -72,6 +72,7 @@ _HOMES = {
     "read_checkpoint": "gtidsnap.runner",
     "run_engine": "gtidsnap.runner",
     "current_state": "gtidsnap.sinks.delta",
+    "current_state_of": "gtidsnap.sinks.delta",
     "Replica": "gtidsnap.source.replica",
 }
 
@@ -95,6 +96,7 @@ __all__ = [
     "__version__",
     "build_engine",
     "current_state",
+    "current_state_of",
     "load_config",
     "parse_gtid_set",
     "read_checkpoint",

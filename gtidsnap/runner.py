@@ -166,9 +166,10 @@ def chunk_readers(
 
 def _spark_of(config: Config) -> Callable[[], SparkSession]:
     def spark() -> SparkSession:
-        from gtidsnap.spark_session import build_spark_session
+        from gtidsnap.sinks.delta.catalog_names import sink_spark_session
+        from gtidsnap.sinks.delta.layout import absolute_root
 
-        return build_spark_session(master=config.sink.spark_master)
+        return sink_spark_session(config.sink, absolute_root(config.sink.path))
 
     return spark
 
@@ -298,10 +299,11 @@ def _run_engine(
     notifier = _notifier(config.signals)
     spark_factory = None
     if spark_log is not None and (config.sink.type == "delta" or config.snapshot.reader_pool == "spark"):
-        from gtidsnap.spark_session import build_spark_session
+        from gtidsnap.sinks.delta.catalog_names import sink_spark_session
+        from gtidsnap.sinks.delta.layout import absolute_root
 
         def spark_factory() -> SparkSession:
-            return build_spark_session(master=config.sink.spark_master, log_file=spark_log)
+            return sink_spark_session(config.sink, absolute_root(config.sink.path), log_file=spark_log)
 
     def started(engine: Engine) -> None:
         # What start-up made (modules, Spark's Py4J machinery: ~hundreds of thousands of objects) is

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -159,12 +159,14 @@ def build_spark_session(
     jars_dir: Path | None = None,
     extra_conf: Mapping[str, str] | None = None,
     log_file: Path | None = None,
+    java_options: Sequence[str] = (),
 ) -> SparkSession:
     """Start (or reuse) a SparkSession with Delta Lake loaded from ``jars_dir``.
 
     ``jars_dir`` defaults to :func:`default_delta_jars_dir`. ``extra_conf`` overrides the defaults,
     except keys that would download jars (``spark.jars.packages`` ...), which raise ValueError.
     As with ``getOrCreate``, static settings (``spark.jars``, ...) only apply when no session runs yet.
+    ``java_options`` are added to the driver JVM's (the embedded metastore's home, say).
     ``log_file``: Spark's own output (the JVM's banners, its log at WARN and above) goes there instead
     of the console (gtidsnap's output stays readable; ``gtidsnap run --verbose`` keeps it on screen).
     """
@@ -184,6 +186,8 @@ def build_spark_session(
     from pyspark.sql import SparkSession  # imported late: pyspark is heavy and not needed to fail fast
 
     conf = _default_conf(jars)
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] += " " + " ".join(java_options)
     if log_file is not None:
         log_file = log_file.resolve()
         properties = log_file.with_name(log_file.name + ".log4j2.properties")

@@ -60,13 +60,13 @@ def verify(
         error_line(f"verify compares Delta mirrors; sink.type is {cfg.sink.type!r}")
         raise typer.Exit(2)
     from gtidsnap.engine.checkpoint_store import CheckpointStore
-    from gtidsnap.spark_session import build_spark_session
+    from gtidsnap.sinks.delta.catalog_names import sink_spark_session
 
     reports: list[VerifyReport] = []
     try:
-        spark = build_spark_session(
-            "gtidsnap-verify", cfg.sink.spark_master, log_file=cfg.checkpoint_path.parent / "spark-verify.log"
-        )
+        root = absolute_root(cfg.sink.path)
+        log_file = cfg.checkpoint_path.parent / "spark-verify.log"
+        spark = sink_spark_session(cfg.sink, root, "gtidsnap-verify", log_file)
         with Replica(cfg.source) as replica:
             verifier = MirrorVerifier(
                 spark,

@@ -64,6 +64,7 @@ SurrogateKey = Annotated[list[ColumnName], Field(min_length=1), AfterValidator(d
 TlsName = Literal["disabled", "preferred", "required", "verify_identity"]
 SinkType = Literal["jsonl", "delta"]
 MirrorKeeper = Literal["gtidsnap", "job"]
+Metastore = Literal["embedded", "external"]
 ReaderPool = Literal["processes", "spark"]
 
 
@@ -288,6 +289,29 @@ class SinkSettings(_Section):
         default=False,
         description="delta: keep an SCD type 2 history table per source table (<table>.history) from its "
         "changelog, every merge_interval_s (the changelog then takes the snapshot rows too)",
+    )
+    database: str = Field(
+        default="",
+        description="delta: register the tables by name in this database of sink.catalog ({db}: the "
+        "source's schema name, a database each); empty: by path only",
+    )
+    table_name: str = Field(
+        default="",
+        description="delta: the mirror's name ({db}, {table}; the changelog's and history's add "
+        "__changelog, __history); empty: {table} when the database names {db}, else {db}__{table}",
+    )
+    catalog: str = Field(
+        default="spark_catalog", min_length=1, description="delta: the Spark catalog of the names"
+    )
+    metastore: Annotated[Metastore, BeforeValidator(lower)] = Field(
+        default="embedded",
+        description="delta: embedded: Spark's own metastore kept beside a local output (one Spark "
+        "application at a time); external: the metastore or catalog plugin sink.spark_conf configures",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="delta: more Spark settings (a Hive metastore URI, a catalog plugin such as Unity "
+        "Catalog's), for gtidsnap's Spark and its jobs",
     )
     mirror: Annotated[MirrorKeeper, BeforeValidator(lower)] = Field(
         default="gtidsnap",

@@ -3,6 +3,7 @@ win) and the one-line error that names that source, the value and what is expect
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import re
@@ -10,7 +11,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
@@ -150,6 +151,14 @@ def _from_env(name: str, text: str, dotted: str, info: FieldInfo) -> Any:
             return float(text)
         except ValueError:
             raise ConfigError(f"{name}={show_value(text)} is not a valid number") from None
+    if origin is dict and get_args(kind)[1:] == (str,):  # text values (sink.spark_conf): a JSON object
+        items = None
+        if text.lstrip().startswith("{"):
+            with contextlib.suppress(ValueError):
+                items = json.loads(text)
+        if not isinstance(items, dict):
+            raise ConfigError(f"{name}={show_value(text)} is not a JSON object (of text values)")
+        return items
     if origin is dict:
         raise ConfigError(
             f"{name} cannot be set from the environment: {dotted} is a table keyed by schema.table; "

@@ -98,7 +98,7 @@ from gtidsnap.sinks.delta.layout import (
 )
 
 if TYPE_CHECKING:
-    from gtidsnap.sinks.delta.catch_up import current_state
+    from gtidsnap.sinks.delta.catch_up import current_state, current_state_of
     from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn, plan_columns
     from gtidsnap.sinks.delta.position import POSITION_KEY
     from gtidsnap.sinks.delta.session import job_spark_session
@@ -108,6 +108,7 @@ if TYPE_CHECKING:
 # staging module and must not pay for Spark (~40 MB of RSS and a second of start-up).
 _HOMES = {
     "current_state": "gtidsnap.sinks.delta.catch_up",
+    "current_state_of": "gtidsnap.sinks.delta.catch_up",
     "ColumnPlan": "gtidsnap.sinks.delta.columns",
     "PlannedColumn": "gtidsnap.sinks.delta.columns",
     "plan_columns": "gtidsnap.sinks.delta.columns",
@@ -138,6 +139,7 @@ __all__ = [
     "changelog_path",
     "clear_uncommitted_log",
     "current_state",
+    "current_state_of",
     "decode_name",
     "default_app_id",
     "encode_name",

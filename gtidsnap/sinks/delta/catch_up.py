@@ -121,9 +121,20 @@ def current_state(spark: SparkSession, root: str, table: TableId) -> DataFrame:
     """The freshest state of a source table: its mirror, overlaid with the changelog's records the
     mirror does not hold yet (above its watermark), the newest per key; deletes remove the row. Columns
     of the mirror (the changelog's ``_snapshot`` left out)."""
+    return _state_at(spark, mirror_path(root, table), changelog_path(root, table))
+
+
+def current_state_of(spark: SparkSession, name: str) -> DataFrame:
+    """:func:`current_state` of the mirror named ``name`` in a catalog (``sink.database``), e.g.
+    ``"shop.orders"``: its changelog is found beside it."""
+    from gtidsnap.sinks.delta.catalog_names import paths_of
+
+    return _state_at(spark, *paths_of(spark, name))
+
+
+def _state_at(spark: SparkSession, mirror: str, changelog: str) -> DataFrame:
     from delta.tables import DeltaTable
 
-    mirror, changelog = mirror_path(root, table), changelog_path(root, table)
     if not DeltaTable.isDeltaTable(spark, mirror):  # the mirror job has not created it yet
         logged_key = recorded_key(spark, changelog)
         if not logged_key:

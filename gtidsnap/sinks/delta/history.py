@@ -49,6 +49,7 @@ class HistoryUpdate:
     table: TableId
     records: int  # changelog records taken in
     watermark: int  # the greatest _seq the history now holds (-1: none)
+    exists: bool = True  # the history table exists (not yet: its changelog had no record)
 
 
 def history_watermark(spark: SparkSession, path: str) -> int:
@@ -86,7 +87,7 @@ def update_history(spark: SparkSession, root: str, table: TableId, since: int | 
     new = log_rows.where(F.col("_seq") > F.lit(since))
     top = new.agg(F.max("_seq")).first()
     if top is None or top[0] is None:
-        return HistoryUpdate(table, 0, since)
+        return HistoryUpdate(table, 0, since, exists)
     records = new.count()
     if not exists:
         _create(spark, path, table, key, log_rows, data)

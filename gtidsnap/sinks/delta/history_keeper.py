@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 
 from gtidsnap.core.model import TableId
 from gtidsnap.sinks.delta.history import update_history
-from gtidsnap.sinks.delta.layout import list_tables
+from gtidsnap.sinks.delta.layout import DeltaTableRef, history_path, list_tables
 from gtidsnap.sinks.delta.util import short_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from gtidsnap.sinks.delta.catalog_names import Registrar
 
 log = logging.getLogger("gtidsnap.sinks.delta")
 
@@ -24,8 +26,11 @@ POOL = "gtidsnap-history"  # the Spark scheduler pool of its jobs
 
 
 class HistoryKeeper:
-    def __init__(self, spark: SparkSession, root: str, interval_s: float) -> None:
+    def __init__(
+        self, spark: SparkSession, root: str, interval_s: float, names: Registrar | None = None
+    ) -> None:
         self.spark, self.root, self.interval_s = spark, root, max(1.0, interval_s)
+        self.names = names  # sink.database: a history is registered by name once created
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -55,7 +60,9 @@ class HistoryKeeper:
 
     def update_all(self) -> None:
         for table in self.tables():
-            update_history(self.spark, self.root, table)
+            update = update_history(self.spark, self.root, table)
+            if self.names is not None and update.exists:
+                self.names.register(DeltaTableRef(table, "history", history_path(self.root, table)))
 
     def tables(self) -> list[TableId]:
         return sorted({ref.table for ref in list_tables(self.spark, self.root) if ref.kind == "changelog"})

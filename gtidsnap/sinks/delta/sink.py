@@ -1,13 +1,10 @@
-"""The Delta Lake sink: each batch APPENDs its streamed records to the tables' changelogs and stages its
-snapshot rows as Parquet files; a table's mirror is updated when due, by one APPEND of its staged rows
-(folded with newer changes) and one MERGE of the rest (:mod:`gtidsnap.sinks.delta.mirror_update`), in
-the background once the batch's checkpoint is saved (:mod:`gtidsnap.sinks.delta.mirror_keeper`; see
-the package docstring of :mod:`gtidsnap.sinks.delta`).
-
-Snapshot rows come from the chunk readers as Arrow columns (:class:`SnapshotColumns`; the readers
-render them, :meth:`DeltaSink.chunk_renderer`): they are never Python objects here, and go to Delta
-in large appends (``sink.snapshot_rows`` staged rows, or once no more came for a few seconds, or the
-end of the run), since Spark pays per commit and per file, not per row.
+"""The Delta Lake sink: each batch writes its changelog rows (committed once its checkpoint is saved:
+:mod:`.changelog_appends`) and stages its snapshot rows as Parquet files; a table's mirror is updated
+when due, by one APPEND of its staged rows (folded with newer changes) and one MERGE of the rest
+(:mod:`.mirror_update`), in the background once the batch's checkpoint is saved (:mod:`.mirror_keeper`;
+see the package docstring of :mod:`gtidsnap.sinks.delta`). Snapshot rows come from the chunk readers as
+Arrow columns (:class:`SnapshotColumns`, :meth:`DeltaSink.chunk_renderer`): never Python objects here,
+they go to Delta in large appends, since Spark pays per commit and per file, not per row.
 """
 
 from __future__ import annotations
@@ -29,6 +26,7 @@ from gtidsnap.sinks.arrow_columns import ArrowRenderer, StagedRenderer
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
 from gtidsnap.sinks.delta.batch_writes import Pending, TableWriter, by_table
+from gtidsnap.sinks.delta.catalog_names import Registrar, sink_spark_session
 from gtidsnap.sinks.delta.catch_up import NOTHING_WAITS, changelog_after
 from gtidsnap.sinks.delta.changelog_appends import commit_append, finish_appends
 from gtidsnap.sinks.delta.history_keeper import HistoryKeeper
@@ -93,6 +91,7 @@ class DeltaSink:
         self._done: list[staging.StagedFile] = []  # appended: deleted once no checkpoint names them
         self._held: HeldSeq | None = None  # the greatest _seq in the output when it opened
         self._history: HistoryKeeper | None = None  # sink.history's tables, kept from the changelogs
+        self._names: Registrar | None = None  # sink.database: the tables by name
 
     @property
     def _keeps_mirrors(self) -> bool:
@@ -100,9 +99,7 @@ class DeltaSink:
         return self.settings.mirror == "gtidsnap"
 
     def _default_spark(self) -> SparkSession:
-        from gtidsnap.spark_session import build_spark_session
-
-        return build_spark_session(master=self.settings.spark_master)
+        return sink_spark_session(self.settings, self.root)
 
     @property
     def spark(self) -> SparkSession:
@@ -157,6 +154,7 @@ class DeltaSink:
             tables = list_tables(self.spark, self.root)
             recovered = recover_all(self.spark, self.root, tables, last)
             finish_appends(self.spark, self.root, position.appends, self.app_id)  # before any catch-up
+            self._names = Registrar.of(self.spark, self.settings, [t for t in tables if t.kind != "history"])
             self._held = greater(recovered.held, position.staged_held())
             self._reset()
             started = time.monotonic()
@@ -183,7 +181,8 @@ class DeltaSink:
             self._resume_mirrors(recovered.watermarks, logged, staged, last or 0)
             self._keeper.start()
             if settings.history and self._checkpoints_reported:  # changelogs of checkpointed data only
-                self._history = HistoryKeeper(self.spark.newSession(), self.root, settings.merge_interval_s)
+                history = self.spark.newSession()
+                self._history = HistoryKeeper(history, self.root, settings.merge_interval_s, self._names)
                 self._history.start()
         except SinkError:
             raise
@@ -390,6 +389,8 @@ class DeltaSink:
                 ) from exc
             if handover is not None:
                 handovers[table] = handover
+        if self._names is not None:
+            self._names.created(self.root, pending, self.tables.created)
         self.keeper.hand_over(batch, handovers)
         if not self.keeper.background:
             self.keeper.update_due(batch)
