@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gtidsnap.core.column_values import SPATIAL_TYPES
 from gtidsnap.core.errors import SinkError
@@ -228,10 +229,19 @@ def _one_call(column: Column | None, arrow_type: pa.DataType, values: Sequence[A
             text = pa.array(values, type=pa.string())
             if pa.types.is_timestamp(arrow_type):  # UTC text: parsed as wall time, then read as UTC
                 return text.cast(NAIVE_TS).cast(arrow_type)
+            if pa.types.is_decimal(arrow_type) and _digits(text) > arrow_type.precision:
+                return None  # Arrow's cast wraps a 39-digit text around decimal128(38, s) silently
             return text.cast(arrow_type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
         pass  # the value by value path names the bad value, or makes None of a zero date
     return None
+
+
+def _digits(text: pa.Array) -> int:
+    """The most digits of a decimal text among ``text`` (its sign and point left out)."""
+    marks = pc.add(pc.count_substring(text, "-"), pc.count_substring(text, "."))
+    most = pc.max(pc.subtract(pc.utf8_length(text), marks)).as_py()
+    return int(most or 0)
 
 
 def arrow_array(column: Column | None, arrow_type: pa.DataType, values: Sequence[Any]) -> pa.Array:

@@ -104,6 +104,9 @@ def test_a_zero_date_is_null_and_a_bad_value_is_named() -> None:
     with pytest.raises(ValueError, match="do not fit"):
         arrow_array(number, arrow_type_of(number), ["123.45"])
     assert arrow_array(number, arrow_type_of(number), ["12.34", None]).to_pylist() == [Decimal("12.34"), None]
+    widest = Column("d", "decimal", "decimal(38,6)")  # Arrow's own cast wrapped this around, silently
+    with pytest.raises(ValueError, match="do not fit"):
+        arrow_array(widest, arrow_type_of(widest), ["300000000000000000000000000000000.000000"])
 
 
 COLUMN_TYPES = [
