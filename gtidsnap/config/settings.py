@@ -285,6 +285,21 @@ class SinkSettings(_Section):
         "large mirror then costs what it changes, not the files it touches (a JVM's first such MERGE "
         "costs seconds more; readers need Delta's deletionVectors feature: Delta 2.3+, delta-rs, Trino)",
     )
+    cluster_by: list[str] = Field(
+        default_factory=list,
+        description='delta: liquid clustering of the mirrors gtidsnap creates ("key": the primary key, '
+        "or column names); OPTIMIZE (spark/maintenance.py) clusters their files",
+    )
+    changelog_cluster_by: list[str] = Field(
+        default_factory=list,
+        description="delta: liquid clustering of the changelogs gtidsnap creates, e.g. _source_ts (by "
+        "time: a reader of a day skips the other days' files once OPTIMIZE has clustered them)",
+    )
+    stats_columns: list[str] = Field(
+        default_factory=list,
+        description="delta: more columns with file statistics (beside the key, _seq and the mirror's "
+        "_op), for readers that filter by them; tables created from then on",
+    )
     history: bool = Field(
         default=False,
         description="delta: keep an SCD type 2 history table per source table (<table>.history) from its "

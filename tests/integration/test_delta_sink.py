@@ -1031,3 +1031,34 @@ def test_staged_splits_go_in_without_the_rows_their_windows_dropped(
     frame = staged_frame(spark, splits, plan, changelog=False)
     got = sorted((r["id"], r["_seq"]) for r in frame.select("id", "_seq").collect())
     assert got == sorted(expected), "Spark's numbering"
+
+
+def test_layout_options_cluster_and_keep_statistics(spark: SparkSession, tmp_path: Path) -> None:
+    """sink.cluster_by, changelog_cluster_by and stats_columns shape the tables gtidsnap creates: the
+    mirror clustered by its key, the changelog by _source_ts, statistics on a chosen column too; writes
+    and MERGEs go on as before, OPTIMIZE clusters them; a column the table lacks is refused by name."""
+    from delta.tables import DeltaTable
+
+    sink = make_sink(
+        spark, tmp_path, cluster_by=["key"], changelog_cluster_by=["_source_ts"], stats_columns=["name"]
+    )
+    sink.open(None)
+    sink.write([change("c", k, None, row(k, f"n{k}")) for k in range(1, 6)])
+    sink.commit()
+    sink.write([change("u", 6, row(2, "n2"), row(2, "two")), change("d", 7, row(3, "n3"), None)])
+    sink.commit()
+    sink.close()
+    mirror, changelog = mirror_path(sink.root, ORDERS), changelog_path(sink.root, ORDERS)
+    for path, clustering, stats in ((mirror, ["id"], "id,_seq,_op,name"), (changelog, ["_source_ts"], None)):
+        detail = DeltaTable.forPath(spark, path).detail().first()
+        assert detail is not None and list(detail["clusteringColumns"]) == clustering, detail
+        assert stats is None or detail["properties"]["delta.dataSkippingStatsColumns"] == stats
+        DeltaTable.forPath(spark, path).optimize().executeCompaction()
+    assert read(spark, mirror, "id", "name") == [(1, "n1"), (2, "two"), (4, "n4"), (5, "n5")]
+    assert len(read(spark, changelog)) == 7
+    again = make_sink(spark, tmp_path / "bad", cluster_by=["nope"])
+    again.open(None)
+    with pytest.raises(SinkError, match=r"sink\.cluster_by names nope"):
+        again.write([change("c", 1, None, row(1, "one"))])
+        again.commit()
+    again.close()

@@ -43,7 +43,7 @@ from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter
 from gtidsnap.sinks.delta.position import POSITION_KEY, SinkPosition, appends_of, parse_position
 from gtidsnap.sinks.delta.recovery import greater, recover_all
 from gtidsnap.sinks.delta.staged_frames import spark_schema
-from gtidsnap.sinks.delta.tables import DeltaTables, warm_up
+from gtidsnap.sinks.delta.tables import DeltaTables, TableLayout, warm_up
 from gtidsnap.sinks.delta.util import short_error
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class DeltaSink:
             warm_up(self.spark, staging.warm_up_folder(self.root))
             staging.remove_folder(staging.warm_up_folder(self.root))
             log.debug("Delta writes warmed up in %.1f s", time.monotonic() - started)
-            self._tables = DeltaTables(self.spark, self.app_id, self.settings.deletion_vectors)
+            self._tables = DeltaTables(self.spark, self.app_id, TableLayout.of(self.settings))
             retried = not self._checkpoints_reported  # commit() may be retried: idempotent Delta txns
             self._table_writer = TableWriter(
                 self.spark, self._tables, self.root, self.app_id, self.settings, txn=retried
@@ -174,7 +174,7 @@ class DeltaSink:
             spark = self.spark.newSession() if background else self.spark  # its own conf (commit tags)
             tables_ = self._tables
             if background:
-                tables_ = DeltaTables(spark, self.app_id, settings.deletion_vectors)
+                tables_ = DeltaTables(spark, self.app_id, TableLayout.of(settings))
             writer = MirrorWriter(spark, tables_, self.app_id)
             self._keeper = MirrorKeeper(spark, writer, self.root, self.settings, background)
             logged = {ref.table for ref in tables if ref.kind == "changelog"}

@@ -36,17 +36,51 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CHECKPOINT_INTERVAL = 50  # commits between Delta checkpoints (Delta's default, 10, costs 4-8 CPU-s each)
 
 
-def table_properties(key: Sequence[str], mirror: bool, deletion_vectors: bool = False) -> dict[str, str]:
+@dataclass(frozen=True)
+class TableLayout:
+    """How the tables are laid out for their readers (``sink.deletion_vectors``, ``sink.cluster_by``,
+    ``sink.changelog_cluster_by``, ``sink.stats_columns``): applied to the tables gtidsnap creates."""
+
+    deletion_vectors: bool = False
+    cluster_by: tuple[str, ...] = ()  # the mirrors' liquid clustering ("key": the primary key)
+    changelog_cluster_by: tuple[str, ...] = ()  # the changelogs' (e.g. _source_ts)
+    stats_columns: tuple[str, ...] = ()  # more columns with file statistics
+
+    @classmethod
+    def of(cls, settings: Any) -> TableLayout:
+        return cls(
+            settings.deletion_vectors,
+            tuple(settings.cluster_by),
+            tuple(settings.changelog_cluster_by),
+            tuple(settings.stats_columns),
+        )
+
+    def clustering(self, key: Sequence[str], mirror: bool, columns: Sequence[str]) -> list[str]:
+        """The clustering columns of a new mirror (``mirror``) or changelog with ``columns``; a name
+        the table does not have is refused by name."""
+        wanted = self.cluster_by if mirror else self.changelog_cluster_by
+        chosen = [c for name in wanted for c in (key if name == "key" else [name])]
+        known = {c.casefold(): c for c in columns}
+        missing = [c for c in chosen if c.casefold() not in known]
+        if missing:
+            setting = "sink.cluster_by" if mirror else "sink.changelog_cluster_by"
+            raise SinkError(f"{setting} names {', '.join(missing)}, which the table does not have")
+        return list(dict.fromkeys(known[c.casefold()] for c in chosen))
+
+
+def table_properties(
+    key: Sequence[str], mirror: bool, deletion_vectors: bool = False, more_stats: Sequence[str] = ()
+) -> dict[str, str]:
     """Properties a table is created with: file statistics on the columns writes and reads filter by
-    (the key, ``_seq``, the mirror's ``_op``) instead of the first 32 (text and JSON included), fewer
-    Delta checkpoints, the mirror's Change Data Feed, and its deletion vectors (a MERGE then marks the
-    rows it replaces instead of rewriting every file they are in: its cost follows the changed rows,
-    not the mirror's size)."""
+    (the key, ``_seq``, the mirror's ``_op``, ``more_stats``) instead of the first 32 (text and JSON
+    included), fewer Delta checkpoints, the mirror's Change Data Feed, and its deletion vectors (a MERGE
+    then marks the rows it replaces instead of rewriting every file they are in: its cost follows the
+    changed rows, not the mirror's size)."""
     properties = {"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)}
     if mirror:
         properties["delta.enableChangeDataFeed"] = "true"
         properties["delta.enableDeletionVectors"] = "true" if deletion_vectors else "false"
-    stats = stats_columns(key, mirror)
+    stats = list(dict.fromkeys([*stats_columns(key, mirror), *more_stats]))
     if all(_PLAIN_NAME.fullmatch(name) for name in stats):  # other names: Delta's default statistics
         properties["delta.dataSkippingStatsColumns"] = ",".join(stats)
     return properties
@@ -103,10 +137,10 @@ class Shape:
 class DeltaTables:
     """The Delta tables of one sink: its SparkSession, its app id, what it knows of their schemas."""
 
-    def __init__(self, spark: SparkSession, app_id: str, deletion_vectors: bool = False) -> None:
+    def __init__(self, spark: SparkSession, app_id: str, layout: TableLayout | None = None) -> None:
         self.spark = spark
         self.app_id = app_id
-        self.deletion_vectors = deletion_vectors  # on the mirrors it creates
+        self.layout = layout or TableLayout()  # of the tables it creates
         self._delta_schemas: dict[str, T.StructType] = {}
         self._delta_keys: dict[str, list[str] | None] = {}
         self.created: set[str] = set()  # the tables this instance created (empty before this run)
@@ -134,8 +168,13 @@ class DeltaTables:
                 .property(KEY_PROPERTY, json.dumps(key))
                 .property(SOURCE_PROPERTY, str(table))
             )
-            for name, value in table_properties(key, cdf, self.deletion_vectors).items():
+            names = [f.name for f in fields]
+            clustering = self.layout.clustering(key, cdf, names)
+            more_stats = [*self.layout.stats_columns, *clustering]
+            for name, value in table_properties(key, cdf, self.layout.deletion_vectors, more_stats).items():
                 builder = builder.property(name, value)
+            if clustering:  # liquid clustering: OPTIMIZE clusters the files by these columns
+                builder = builder.clusterBy(*clustering)
             builder.execute()
             crash_point("delta-after-create")
             self._delta_schemas[path] = T.StructType(fields)
