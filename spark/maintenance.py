@@ -28,8 +28,10 @@ try:
 except ImportError:  # run from a checkout without installing: the repo root is the parent of spark/
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gtidsnap.config.loading import load_config
 from gtidsnap.config.settings import DEFAULTS
 from gtidsnap.sinks.delta import absolute_root, job_spark_session, list_tables
+from gtidsnap.sinks.delta.catalog_names import location_of, same_place
 
 MIN_RETENTION_HOURS = 168.0
 ATTEMPTS = 3
@@ -40,7 +42,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="maintenance.py",
         description="OPTIMIZE and VACUUM the Delta mirror and changelog tables gtidsnap wrote under --path.",
     )
-    parser.add_argument("--path", required=True, help="root of the Delta tables (sink.path)")
+    parser.add_argument("--path", help="root of the Delta tables (default: sink.path of --config)")
+    parser.add_argument(
+        "--config", type=Path, help="gtidsnap's config: sink.path, and the catalog of sink.database's names"
+    )
+    parser.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only the table of this catalog name, e.g. shop.orders__changelog (repeatable; needs the "
+        "catalog: --config with sink.database, or spark-submit's settings)",
+    )
     parser.add_argument(
         "--master", default=DEFAULTS["sink"]["spark_master"], help="Spark master URL (default: %(default)s)"
     )
@@ -63,6 +76,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--dry-run", action="store_true", help="list what VACUUM would delete, delete nothing"
     )
     args = parser.parse_args(argv)
+    if args.path is None and args.config is None:
+        parser.error("give --path, or --config (its sink.path)")
     if args.retention_hours < MIN_RETENTION_HOURS:
         parser.error(
             f"--retention-hours {args.retention_hours:g} is below {MIN_RETENTION_HOURS:.0f}: time travel, "
@@ -88,9 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from delta.tables import DeltaTable
 
-    spark = job_spark_session(args.master, "gtidsnap-maintenance")
-    root = absolute_root(args.path)
+    sink = load_config(args.config).sink if args.config else None
+    root = absolute_root(args.path or (sink.path if sink else ""))
+    spark = job_spark_session(args.master, "gtidsnap-maintenance", sink, root)
     tables = [t for t in list_tables(spark, root) if not args.table or str(t.table) in args.table]
+    if args.name:  # catalog names: the tables at their locations
+        places = [location_of(spark, name) for name in args.name]
+        tables = [t for t in tables if any(same_place(t.path, p) for p in places)]
     if not tables:
         print(f"no gtidsnap Delta tables under {root}", file=sys.stderr)
         return 1

@@ -30,7 +30,8 @@ from gtidsnap.config.loading import load_config
 from gtidsnap.config.settings import DEFAULTS
 from gtidsnap.core.errors import GtidsnapError
 from gtidsnap.engine.checkpoint_store import CheckpointStore
-from gtidsnap.sinks.delta import POSITION_KEY, absolute_root, job_spark_session
+from gtidsnap.sinks.delta import POSITION_KEY, absolute_root, job_spark_session, list_tables
+from gtidsnap.sinks.delta.catalog_names import Registrar
 from gtidsnap.sinks.delta.mirror_job import merge_mirrors
 
 log = logging.getLogger("gtidsnap.mirror_job")
@@ -91,12 +92,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path is None or checkpoint is None:
             raise GtidsnapError("give --config, or both --path and --checkpoint")
         root = absolute_root(path)
-        spark = job_spark_session(args.master, "gtidsnap-mirror-job")
+        spark = job_spark_session(args.master, "gtidsnap-mirror-job", config.sink if config else None, root)
+        names = Registrar.of(spark, config.sink, []) if config else None  # sink.database: by name too
         while True:
             started = time.monotonic()
             deletion_vectors = config.sink.deletion_vectors if config else False
             passes = merge_mirrors(spark, root, committed_batch(checkpoint), deletion_vectors)
             written = [p for p in passes if p.how != "nothing"]
+            if names is not None:
+                for ref in list_tables(spark, root):
+                    if ref.kind != "history":
+                        names.register(ref)
             print(
                 f"{len(written)} of {len(passes)} mirrors under {root} brought up to their changelogs "
                 f"in {time.monotonic() - started:.1f} s",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cdc import create_table, execute, source_rows
+from tests.integration.cdc import REPO, create_table, execute, source_rows
 from tests.integration.fixtures.db_servers import ReplicaPair
 from tests.integration.test_delta_engine import TABLES, DeltaCli, tail
 
@@ -95,3 +95,27 @@ def test_consumers_read_every_table_by_name(pair: ReplicaPair, fresh_db: str, tm
         # 50 snapshot rows (ids 0, 2, ..., 98), 10 updated (a version more each), 5 deleted (closed), 2 new
         assert seen[f"{t}_versions"] == 50 + 10 + 2, f"history of {t}"
         assert seen[f"{t}_streamed"] == seen[f"{t}_changelog"] == 50 + 10 + 5 + 2, f"changelog of {t}"
+
+    # the maintenance job by name, its catalog from the config
+    config = tmp_path / "gtidsnap.toml"
+    config.write_text(f'[sink]\ntype = "delta"\npath = "{cli.root}"\ndatabase = "{{db}}"\n', encoding="utf-8")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "spark" / "maintenance.py"),
+            "--config",
+            str(config),
+            "--no-vacuum",
+            "--name",
+            f"{db}.a__changelog",
+        ],
+        env=cli.env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{db}.a (changelog) at " in done.stdout and "OPTIMIZE" in done.stdout, done.stdout
+    assert f"{db}.b" not in done.stdout and "(mirror)" not in done.stdout, done.stdout

@@ -83,7 +83,7 @@ class TableNames:
         location = ref.path.replace("'", "\\'")
         spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")
         held = location_of(spark, name)
-        if _same_place(held, ref.path):
+        if same_place(held, ref.path):
             return name
         raise SinkError(
             f"{name} already names the table at {held}, not {ref.path}: choose another sink.database or "
@@ -103,7 +103,7 @@ def location_of(spark: SparkSession, name: str) -> str:
     return str(row[0])
 
 
-def _same_place(a: str, b: str) -> bool:
+def same_place(a: str, b: str) -> bool:
     def plain(path: str) -> str:
         for prefix in ("file://", "file:"):
             if path.startswith(prefix):

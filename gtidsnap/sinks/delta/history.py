@@ -66,15 +66,19 @@ def history_watermark(spark: SparkSession, path: str) -> int:
     return -1
 
 
-def update_history(spark: SparkSession, root: str, table: TableId, since: int | None = None) -> HistoryUpdate:
+def update_history(
+    spark: SparkSession, root: str, table: TableId, since: int | None = None, missing_ok: bool = False
+) -> HistoryUpdate:
     """Take the changelog's records above the history's watermark (``since``: above that ``_seq``, to
     take records again) into the history, created on first use, keyed like the changelog; see the
-    module docstring."""
+    module docstring. ``missing_ok``: a changelog not created yet is no error (nothing to take)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     changelog, path = changelog_path(root, table), history_path(root, table)
     if not DeltaTable.isDeltaTable(spark, changelog):
+        if missing_ok:
+            return HistoryUpdate(table, 0, -1, exists=False)
         raise SinkError(f"{table} has no changelog at {changelog}: its history is kept from it")
     key = recorded_key(spark, changelog)
     if not key:

@@ -60,7 +60,7 @@ class HistoryKeeper:
 
     def update_all(self) -> None:
         for table in self.tables():
-            update = update_history(self.spark, self.root, table)
+            update = update_history(self.spark, self.root, table, missing_ok=True)  # being created
             if self.names is not None and update.exists:
                 self.names.register(DeltaTableRef(table, "history", history_path(self.root, table)))
 
