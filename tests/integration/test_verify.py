@@ -124,38 +124,44 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
         str(tmp_path / "checkpoint.json"),
     )
     proc, log = cli._spawn(args, "run", {})
-    writer = Writer(pair, db, ["a"], seed=59, transactions=100_000, pause_s=0.05)
-    try:
+    try:  # the run streams until killed: killed whatever happens
+        writer = Writer(pair, db, ["a"], seed=59, transactions=100_000, pause_s=0.05)
+        try:
+            wait_checkpoint(
+                cli,
+                lambda c: len(c["context"]["tables"]) == 2 and all(t["done"] for t in c["context"]["tables"]),
+                "both snapshots done",
+            )
+            writer.start()
+            with pair.primary(db) as conn, conn.cursor() as cur:  # streamed images of every type too
+                cur.execute(
+                    "UPDATE kinds SET d = d * 3, f = f + 1, j = JSON_SET(j, '$.s', 'w'), t = '01:02:03.04' "
+                    "WHERE id % 4 = 1"
+                )
+                cur.execute("DELETE FROM kinds WHERE id % 10 = 9")
+                cur.execute(
+                    "INSERT INTO kinds SELECT id + 1000, big, small, amount, f, d, day, at, ts, t, y, c, s, "
+                    "txt, b, bl, e, st, j, bits FROM kinds WHERE id < 20"
+                )
+            time.sleep(3)
+            done = verify(cli, "a", "kinds")
+            assert proc.poll() is None, tail(read(log))
+            assert done.returncode == 0, (
+                f"a false alarm under the writer:\n{done.stdout}\n{done.stderr[-3000:]}"
+            )
+            assert f"{db}.a: same" in done.stdout and f"{db}.kinds: same" in done.stdout, done.stdout
+            ranges = [int(n) for n in re.findall(r"in (\d+) ranges", done.stdout)]
+            assert ranges and min(ranges) >= 3, done.stdout
+        finally:
+            writer.stop()
+        writer.join()
+        target = parse_gtid_set(pair.flavor, executed(pair))
         wait_checkpoint(
-            cli,
-            lambda c: len(c["context"]["tables"]) == 2 and all(t["done"] for t in c["context"]["tables"]),
-            "both snapshots done",
+            cli, lambda c: parse_gtid_set(pair.flavor, c["processed"]) >= target, "the writer's end"
         )
-        writer.start()
-        with pair.primary(db) as conn, conn.cursor() as cur:  # streamed images of every type too
-            cur.execute(
-                "UPDATE kinds SET d = d * 3, f = f + 1, j = JSON_SET(j, '$.s', 'w'), t = '01:02:03.04' "
-                "WHERE id % 4 = 1"
-            )
-            cur.execute("DELETE FROM kinds WHERE id % 10 = 9")
-            cur.execute(
-                "INSERT INTO kinds SELECT id + 1000, big, small, amount, f, d, day, at, ts, t, y, c, s, txt, "
-                "b, bl, e, st, j, bits FROM kinds WHERE id < 20"
-            )
-        time.sleep(3)
-        done = verify(cli, "a", "kinds")
-        assert proc.poll() is None, tail(read(log))
-        assert done.returncode == 0, f"a false alarm under the writer:\n{done.stdout}\n{done.stderr[-3000:]}"
-        assert f"{db}.a: same" in done.stdout and f"{db}.kinds: same" in done.stdout, done.stdout
-        ranges = [int(n) for n in re.findall(r"in (\d+) ranges", done.stdout)]
-        assert ranges and min(ranges) >= 3, done.stdout
+        time.sleep(2)  # the changelog commits after its checkpoint
     finally:
-        writer.stop()
-    writer.join()
-    target = parse_gtid_set(pair.flavor, executed(pair))
-    wait_checkpoint(cli, lambda c: parse_gtid_set(pair.flavor, c["processed"]) >= target, "the writer's end")
-    time.sleep(2)  # the changelog commits after its checkpoint
-    kill_group(proc)
+        kill_group(proc)
 
     from delta.tables import DeltaTable
 
