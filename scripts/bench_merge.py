@@ -32,7 +32,7 @@ def jvm_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def mirror(spark: Any, path: str, rows: int, files: int, deletion_vectors: bool) -> None:
+def mirror(spark: Any, path: str, rows: int, files: int, deletion_vectors: bool, width: int) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -53,7 +53,7 @@ def mirror(spark: Any, path: str, rows: int, files: int, deletion_vectors: bool)
     frame = spark.range(rows).select(
         F.col("id"),
         F.lit(0).alias("v"),
-        F.concat(F.lit("payload-"), F.col("id").cast("string")).alias("payload"),
+        F.concat(F.lit("p" * width), F.col("id").cast("string")).alias("payload"),
         F.lit("r").alias("_op"),
         (F.col("id") + 1).alias("_seq"),
         F.lit(None).cast("string").alias("_gtid"),
@@ -85,6 +85,7 @@ def main() -> int:
     parser.add_argument("--label", required=True)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=16, help="data files of the mirror")
+    parser.add_argument("--width", type=int, default=8, help="characters of each row's payload")
     args = parser.parse_args()
     spark = build_spark_session("gtidsnap-bench-merge", "local[2]")
     pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
@@ -94,11 +95,13 @@ def main() -> int:
         "scattered 46k": rnd.sample(range(args.rows), 46_000),
         "one range 10k": list(range(args.rows // 2, args.rows // 2 + 10_000)),
     }
-    results: dict[str, Any] = {"label": args.label, "rows": args.rows, "files": args.files, "merges": []}
+    results: dict[str, Any] = {"label": args.label, "rows": args.rows, "files": args.files}
+    results["width"] = args.width
+    results["merges"] = []
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as work:
         for dv in (False, True):
             path = f"{work}/mirror-dv-{dv}"
-            mirror(spark, path, args.rows, args.files, dv)
+            mirror(spark, path, args.rows, args.files, dv, args.width)
             seq = args.rows + 1
             merge_newest(spark, path, changes(spark, [1, 2], seq), same_key(["id"]))  # the JVM's first MERGE
             for shape, keys in shapes.items():
@@ -111,7 +114,8 @@ def main() -> int:
         json.dumps(results, indent=1) + "\n", encoding="utf-8"
     )
     lines = [
-        f"# MERGE into a {args.rows:,}-row mirror of {args.files} files, with and without deletion vectors",
+        f"# MERGE into a {args.rows:,}-row mirror of {args.files} files ({args.width}-character payloads), "
+        "with and without deletion vectors",
         "",
         "| changes | without: wall s | JVM CPU s | with: wall s | JVM CPU s |",
         "|---|---|---|---|---|",
