@@ -30,6 +30,7 @@ from typing import Any
 from gtidsnap.core.column_values import format_time
 from gtidsnap.core.errors import SchemaError
 from gtidsnap.core.model import TableId, quote_ident
+from gtidsnap.core.row_hash import NULL_TEXT, SEPARATOR, kind_of
 from gtidsnap.core.schema import Column, TableSchema
 
 Params = list[Any]
@@ -210,6 +211,33 @@ def keys_query(schema: TableSchema, keys: Sequence[Sequence[Any]]) -> tuple[str,
     order = ", ".join(_ident(n) for n in schema.key)
     where = " OR ".join(parts)
     return f"SELECT {BOUNDS_MODE}{columns} FROM {_table(schema)} WHERE {where} ORDER BY {order}", params
+
+
+_HASHED_SQL = {
+    "number": "CAST({c} AS CHAR)",
+    "text": "CONVERT({c} USING utf8mb4)",
+    "set": "CONVERT({c} USING utf8mb4)",
+    "bytes": "HEX({c})",
+    "date": "DATE_FORMAT({c}, '%%Y-%%m-%%d')",
+    "moment": "DATE_FORMAT({c}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')",
+}
+
+
+def range_hash_query(
+    schema: TableSchema, after: Sequence[Any] | None, upto: Sequence[Any]
+) -> tuple[str, Params]:
+    """The row count and the XOR of each row's CRC32 over ``after < key <= upto``, each row written as
+    :mod:`gtidsnap.core.row_hash` says (the same text Spark writes over the mirror)."""
+    parts = []
+    for column in schema.columns:
+        kind = kind_of(column)
+        if kind is None:
+            raise ValueError(f"column {column.name} ({column.column_type}) has no hashed text")
+        parts.append(f"COALESCE({_HASHED_SQL[kind].format(c=_ident(column.name))}, %s)")
+    where, params = _range_where(schema, after, upto, None)
+    row = f"CRC32(CONCAT_WS(%s, {', '.join(parts)}))"
+    sql = f"SELECT {BOUNDS_MODE}COUNT(*), COALESCE(BIT_XOR({row}), 0) FROM {_table(schema)} WHERE {where}"
+    return sql, [SEPARATOR, *([NULL_TEXT] * len(parts)), *params]
 
 
 def chunk_ends_query(

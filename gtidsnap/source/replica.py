@@ -37,7 +37,13 @@ from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.model import Flavor, TableId
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.source.catalog import Catalog, as_text
-from gtidsnap.source.chunk_sql import chunk_ends_query, chunk_query, keys_query, max_key_query
+from gtidsnap.source.chunk_sql import (
+    chunk_ends_query,
+    chunk_query,
+    keys_query,
+    max_key_query,
+    range_hash_query,
+)
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.preflight import (
     RELEVANT_VARIABLES,
@@ -293,20 +299,24 @@ class Replica:
     ) -> ChunkResult:
         """Rows with ``after < key <= upto`` in key order, at most ``limit`` (None: all), normalised."""
         sql, params = chunk_query(schema, after, upto, limit, condition)
-        what = f"selecting a chunk of {schema.table}"
-        with self._lock:
-            return self._run_locked(
-                sql, params, what, lambda cur: self._read_chunk(cur, schema), unbuffered=True
-            )
+        return self._rows(schema, sql, params, f"selecting a chunk of {schema.table}")
+
+    def range_hash(
+        self, schema: TableSchema, after: Sequence[Any] | None, upto: Sequence[Any]
+    ) -> tuple[int, int]:
+        """The row count and hash of ``after < key <= upto`` (:mod:`gtidsnap.core.row_hash`)."""
+        sql, params = range_hash_query(schema, after, upto)
+        row = self._fetch_one(sql, params, f"hashing a key range of {schema.table}")
+        return (int(row[0]), int(row[1])) if row is not None else (0, 0)
 
     def select_keys(self, schema: TableSchema, keys: Sequence[Sequence[Any]]) -> ChunkResult:
         """The rows with one of ``keys`` (those that exist), in key order, normalised."""
         sql, params = keys_query(schema, keys)
-        what = f"selecting {len(keys)} rows of {schema.table} by key"
+        return self._rows(schema, sql, params, f"selecting {len(keys)} rows of {schema.table} by key")
+
+    def _rows(self, schema: TableSchema, sql: str, params: Sequence[Any], what: str) -> ChunkResult:
         with self._lock:
-            return self._run_locked(
-                sql, params, what, lambda cur: self._read_chunk(cur, schema), unbuffered=True
-            )
+            return self._run_locked(sql, params, what, lambda c: self._read_chunk(c, schema), unbuffered=True)
 
     def _read_chunk(self, cur: pymysql.cursors.Cursor, schema: TableSchema) -> ChunkResult:
         """The rows of an unbuffered SELECT, read off the socket by

@@ -31,6 +31,13 @@ KINDS = """CREATE TABLE kinds (
   e ENUM('x','y','z'), st SET('a','b','c'), j JSON, bits BIT(10)
 )"""
 KIND_ROWS = 90
+# the types a range hash writes alike on both sides (gtidsnap.core.row_hash), from kinds' rows
+PLAIN = """CREATE TABLE plain (
+  id INT UNSIGNED PRIMARY KEY, big BIGINT UNSIGNED, small SMALLINT, amount DECIMAL(12,3), day DATE,
+  at DATETIME(6), ts TIMESTAMP(3) NULL DEFAULT NULL, y YEAR, c CHAR(5),
+  s VARCHAR(40) CHARACTER SET utf8mb4, l VARCHAR(20) CHARACTER SET latin1, txt TEXT, b VARBINARY(16),
+  bl BLOB, e ENUM('x','y','z'), st SET('a','b','c')
+)"""
 
 
 def kinds_row(i: int) -> tuple[Any, ...]:
@@ -70,7 +77,7 @@ def verify(cli: DeltaCli, *tables: str, **env: str) -> subprocess.CompletedProce
         "--checkpoint",
         str(cli.out / "checkpoint.json"),
         "--range-rows",
-        "20",
+        "40",
         "--wait",
         "120",
     )
@@ -108,6 +115,11 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
         cur.executemany(
             f"INSERT INTO kinds VALUES ({', '.join(['%s'] * 20)})", [kinds_row(i) for i in range(KIND_ROWS)]
         )
+        cur.execute(PLAIN)
+        cur.execute(
+            "INSERT INTO plain SELECT id, big, small, amount, day, at, ts, y, c, s, "
+            "CONCAT('caf', CHAR(233 USING latin1), id), txt, b, bl, e, st FROM kinds"
+        )
         pair.wait_replicated(conn)
     cli = DeltaCli(
         pair, db, tmp_path, {"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "50", "GTIDSNAP_SINK_MERGE_INTERVAL_S": "3"}
@@ -118,6 +130,8 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
         f"{db}.a",
         "--snapshot",
         f"{db}.kinds",
+        "--snapshot",
+        f"{db}.plain",
         "--sink-path",
         cli.root,
         "--checkpoint",
@@ -125,12 +139,12 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
     )
     proc, log = cli._spawn(args, "run", {})
     try:  # the run streams until killed: killed whatever happens
-        writer = Writer(pair, db, ["a"], seed=59, transactions=100_000, pause_s=0.05)
+        writer = Writer(pair, db, ["a"], seed=59, transactions=100_000, pause_s=0.1)
         try:
             wait_checkpoint(
                 cli,
-                lambda c: len(c["context"]["tables"]) == 2 and all(t["done"] for t in c["context"]["tables"]),
-                "both snapshots done",
+                lambda c: len(c["context"]["tables"]) == 3 and all(t["done"] for t in c["context"]["tables"]),
+                "the three snapshots done",
             )
             writer.start()
             with pair.primary(db) as conn, conn.cursor() as cur:  # streamed images of every type too
@@ -144,14 +158,22 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
                     "txt, b, bl, e, st, j, bits FROM kinds WHERE id < 20"
                 )
             time.sleep(3)
-            done = verify(cli, "a", "kinds")
+            done = verify(cli, "a", "kinds", "plain")
             assert proc.poll() is None, tail(read(log))
             assert done.returncode == 0, (
                 f"a false alarm under the writer:\n{done.stdout}\n{done.stderr[-3000:]}"
             )
-            assert f"{db}.a: same" in done.stdout and f"{db}.kinds: same" in done.stdout, done.stdout
+            for table in ("a", "kinds", "plain"):
+                assert f"{db}.{table}: same" in done.stdout, done.stdout
+            # every type of plain is hashed alike on both sides: no range of it read row by row
+            assert re.search(
+                rf"{db}\.plain: same \(\d+ rows in \d+ ranges by hash, 0 read row by row\)", done.stdout
+            )
+            assert re.search(rf"{db}\.kinds: same \(\d+ rows in \d+ ranges\)", done.stdout), (
+                "kinds: row by row"
+            )
             ranges = [int(n) for n in re.findall(r"in (\d+) ranges", done.stdout)]
-            assert ranges and min(ranges) >= 3, done.stdout
+            assert ranges and min(ranges) >= 2, done.stdout
         finally:
             writer.stop()
         writer.join()
@@ -167,12 +189,13 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
 
     mirror_a = DeltaTable.forPath(spark, mirror_path(cli.root, TableId(db, "a")))
     ids = sorted(r["id"] for r in mirror_a.toDF().select("id").collect())
-    changed, gone = ids[3], ids[8]
+    assert len(ids) >= 2, f"mirror a holds {ids}"
+    changed, gone = ids[len(ids) // 3], ids[2 * len(ids) // 3]
     mirror_a.update(f"id = {changed}", {"v": "v + 1000"})
     mirror_a.delete(f"id = {gone}")
     mirror_k = DeltaTable.forPath(spark, mirror_path(cli.root, TableId(db, "kinds")))
     mirror_k.update("id = 2", {"s": "'tampered'", "amount": "amount + 1"})
-    found = verify(cli, "a", "kinds")
+    found = verify(cli, "a", "kinds", "plain")
     assert found.returncode == 1, f"{found.stdout}\n{found.stderr[-3000:]}"
     report = found.stderr
     assert f"{db}.a: 2 differences" in report and f"{db}.kinds: 1 differences" in report, report
@@ -180,3 +203,4 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
         report
     )
     assert "(id=2) differs: amount:" in report and "s: source 'é2" in report, report
+    assert f"{db}.plain: same" in found.stdout and f"{db}.a: 2 differences (" in report, found.stdout

@@ -12,6 +12,10 @@ equal. Both sides are compared in the mirror's own types: the source's rows are 
 that renders a snapshot's chunks (:class:`gtidsnap.sinks.arrow_columns.ArrowRenderer`), so a value is
 compared with itself for every type; the rule is :mod:`gtidsnap.core.mirror_diff`.
 
+Where the table allows it (:func:`gtidsnap.core.row_hash.hashable`) a range is first compared by its row
+count and hash, computed by the server and by Spark over the mirror alike; only a range whose hashes
+differ is read row by row.
+
 Keys that differ, that only the mirror has, or that changed during their range's read are read again
 by key (a second consistent point) and compared again: a writer's change caught between two reads is
 not reported, a real difference is. A key that changed both times is counted as not compared.
@@ -34,12 +38,14 @@ from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.mirror_diff import Difference, Key, diff_rows
 from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.core.ports import CheckpointPort
+from gtidsnap.core.row_hash import hashable
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.sinks.arrow_columns import ArrowRenderer
 from gtidsnap.sinks.delta.catch_up import current_state
 from gtidsnap.sinks.delta.changelog_appends import holds_batch
 from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
 from gtidsnap.sinks.delta.position import parse_position
+from gtidsnap.sinks.delta.range_hash import in_range, range_hash
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,6 +71,8 @@ class VerifyReport:
     differences: list[Difference] = field(default_factory=list)
     changing: int = 0  # keys that changed while read, both times: not compared
     rechecked: int = 0
+    by_hash: bool = False  # compared by range hashes (else row by row)
+    read_ranges: int = 0  # ranges whose hashes differed: read row by row
 
     @property
     def same(self) -> bool:
@@ -84,17 +92,37 @@ class MirrorVerifier:
         range_rows: int = RANGE_ROWS,
         wait_s: float = 120.0,
         sleep: Callable[[float], None] = time.sleep,
+        hashes: bool = True,
     ) -> None:
         self.spark, self.root, self.replica, self.store = spark, root, replica, store
         self.range_rows, self.wait_s, self.sleep = range_rows, wait_s, sleep
+        self.hashes = hashes  # ranges compared by hash where the table allows it
 
     # ------------------------------------------------------------------ the whole table
-    def verify(self, table: TableId, progress: Callable[[VerifyReport], None] | None = None) -> VerifyReport:
+    def verify(self, table: TableId) -> VerifyReport:
         schema = self.replica.schema(table)
         since = self._usable(table).next_seq  # a record at or above it came after verify began
-        key = list(schema.key)
-        report = VerifyReport(table, tuple(key))
+        report = VerifyReport(table, tuple(schema.key))
         upto = self.replica.max_key(schema)
+        if self.hashes and hashable(schema):
+            report.by_hash = True
+            recheck = self._by_hashes(table, schema, upto, since, report)
+        else:
+            recheck = self._by_rows(table, schema, upto, since, report)
+        if recheck:
+            self._recheck(table, schema, list(recheck)[:RECHECK_AT_MOST], since, report)
+        return report
+
+    def _by_rows(
+        self,
+        table: TableId,
+        schema: TableSchema,
+        upto: Sequence[Any] | None,
+        since: int,
+        report: VerifyReport,
+    ) -> dict[Key, None]:
+        """Every range's rows read and compared: the keys to read again."""
+        key = list(schema.key)
         recheck: dict[Key, None] = {}
         read_keys: list[pa.Table] = []
         after: Sequence[Any] | None = None
@@ -110,16 +138,78 @@ class MirrorVerifier:
             read_keys.append(rows.select(key))
             found, changed = self._compare(table, schema, rows, lw, since)
             recheck.update(dict.fromkeys([*(d.key for d in found), *changed]))
-            if progress is not None:
-                progress(report)
             if chunk.count < self.range_rows:
                 break
             after = chunk.last_raw_key
         self._wait_passed(table, lw)
         recheck.update(dict.fromkeys(self._mirror_only(table, key, read_keys)))
-        if recheck:
-            self._recheck(table, schema, list(recheck)[:RECHECK_AT_MOST], since, report)
-        return report
+        return recheck
+
+    def _by_hashes(
+        self,
+        table: TableId,
+        schema: TableSchema,
+        upto: Sequence[Any] | None,
+        since: int,
+        report: VerifyReport,
+    ) -> dict[Key, None]:
+        """Each range compared by its hash on both sides, read row by row only where they differ: the
+        keys to read again."""
+        from pyspark.sql import functions as F
+
+        recheck: dict[Key, None] = {}
+        after: Sequence[Any] | None = None
+        lw = self.replica.executed()
+        while upto is not None:
+            ends = self.replica.chunk_ends(schema, after, upto, self.range_rows, 16)
+            bounds = [tuple(e) for e in ends]
+            if len(ends) < 16 and (not bounds or bounds[-1] != tuple(upto)):
+                bounds.append(tuple(upto))  # the last range, shorter
+            for end in bounds:
+                lw = self.replica.executed()
+                recheck.update(self._hash_range(table, schema, after, end, lw, since, report))
+                after = end
+            if len(ends) < 16:
+                break
+        self._wait_passed(table, lw)
+        key = list(schema.key)
+        state = self._state(table).select(*[F.col(quote_ident(k)) for k in key])
+        beyond = state if upto is None else state.where(~in_range(key, None, upto))
+        recheck.update(dict.fromkeys(_keys(beyond.limit(RECHECK_AT_MOST).toArrow(), key)))
+        return recheck
+
+    def _hash_range(
+        self,
+        table: TableId,
+        schema: TableSchema,
+        after: Sequence[Any] | None,
+        end: Sequence[Any],
+        lw: GtidSet,
+        since: int,
+        report: VerifyReport,
+    ) -> dict[Key, None]:
+        """One range by its hash; where the hashes differ, by its rows (a writer's change since ``lw``
+        makes them differ too: the rows say which keys, and those are left out)."""
+        from pyspark.sql import functions as F
+
+        count, digest = self.replica.range_hash(schema, after, end)
+        self._wait_passed(table, lw)
+        report.ranges += 1
+        report.source_rows += count
+        if range_hash(self._state(table), schema, after, end) == (count, digest):
+            return {}
+        report.read_ranges += 1
+        key = list(schema.key)
+        lw = self.replica.executed()
+        rows = _rendered(self.replica.select_chunk(schema, after, end, None), schema)
+        found, changed = self._compare(table, schema, rows, lw, since)
+        held = (
+            self._state(table).where(in_range(key, after, end)).select(*[F.col(quote_ident(k)) for k in key])
+        )
+        if rows.num_rows:
+            held = held.join(self.spark.createDataFrame(rows.select(key)), on=key, how="left_anti")
+        only = _keys(held.limit(RECHECK_AT_MOST).toArrow(), key)
+        return dict.fromkeys([*(d.key for d in found), *changed, *only])
 
     # ------------------------------------------------------------------ one consistent point
     def _compare(
@@ -168,11 +258,6 @@ class MirrorVerifier:
             raise SinkError("there is no checkpoint: nothing was written to the output to verify yet")
         if not DeltaTable.isDeltaTable(self.spark, mirror_path(self.root, table)):
             raise SinkError(f"{table} has no mirror at {mirror_path(self.root, table)}: snapshot it first")
-        if not DeltaTable.isDeltaTable(self.spark, changelog_path(self.root, table)):
-            raise SinkError(
-                f"{table} has no changelog at {changelog_path(self.root, table)}: verify needs it "
-                "(sink.changelog = true, the default) to know which keys changed while it reads"
-            )
         pending = [t for t in checkpoint.context.pending() if t.table == table]
         if pending:
             raise SinkError(f"the snapshot of {table} is under way: verify it once the snapshot is done")
@@ -220,10 +305,11 @@ class MirrorVerifier:
 
     def _changed_after(self, table: TableId, keys: pa.Table, since: int, lw: GtidSet) -> set[Key]:
         """Keys with a changelog record from ``since`` on whose transaction is not in ``lw``."""
+        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
-        if not keys.num_rows:
-            return set()
+        if not keys.num_rows or not DeltaTable.isDeltaTable(self.spark, changelog_path(self.root, table)):
+            return set()  # no change of the table was ever streamed
         names = list(keys.column_names)
         asked = self.spark.createDataFrame(keys)
         frame = (
@@ -276,6 +362,10 @@ def _as_types(rows: pa.Table, like: pa.Schema) -> pa.Table:
                 column = column.cast(like.field(index).type)
         columns.append(column)
     return pa.table(columns, names=rows.column_names)
+
+
+def _keys(rows: pa.Table, key: Sequence[str]) -> list[Key]:
+    return [tuple(r[k] for k in key) for r in rows.to_pylist()]
 
 
 def _by_key(rows: pa.Table, key: Sequence[str]) -> dict[Key, dict[str, Any]]:
