@@ -47,6 +47,19 @@ print("SEEN " + json.dumps(seen))
 """
 
 
+def python(cli: DeltaCli, *args: str) -> subprocess.CompletedProcess[str]:
+    """A Python process of its own (a consumer, a Spark job) in the CLI's environment."""
+    return subprocess.run(
+        [sys.executable, *args],
+        env=cli.env(),
+        cwd=cli.out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 def test_consumers_read_every_table_by_name(pair: ReplicaPair, fresh_db: str, tmp_path: Path) -> None:
     db = fresh_db
     for t in TABLES:
@@ -74,15 +87,7 @@ def test_consumers_read_every_table_by_name(pair: ReplicaPair, fresh_db: str, tm
     code, log = cli.run(snapshot=False, GTIDSNAP_CAPTURE_TABLES=",".join(f"{db}.{t}" for t in TABLES))
     assert code == 0, tail(log)
 
-    done = subprocess.run(
-        [sys.executable, "-c", CONSUMER, cli.root, db],
-        env=cli.env(),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = python(cli, "-c", CONSUMER, cli.root, db)
     lines = [line for line in done.stdout.splitlines() if line.startswith("SEEN ")]
     assert done.returncode == 0 and lines, done.stderr[-4000:]
     seen = json.loads(lines[-1][5:])
@@ -99,23 +104,8 @@ def test_consumers_read_every_table_by_name(pair: ReplicaPair, fresh_db: str, tm
     # the maintenance job by name, its catalog from the config
     config = tmp_path / "gtidsnap.toml"
     config.write_text(f'[sink]\ntype = "delta"\npath = "{cli.root}"\ndatabase = "{{db}}"\n', encoding="utf-8")
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "spark" / "maintenance.py"),
-            "--config",
-            str(config),
-            "--no-vacuum",
-            "--name",
-            f"{db}.a__changelog",
-        ],
-        env=cli.env(),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    maintenance = str(REPO / "spark" / "maintenance.py")
+    done = python(cli, maintenance, "--config", str(config), "--no-vacuum", "--name", f"{db}.a__changelog")
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{db}.a (changelog) at " in done.stdout and "OPTIMIZE" in done.stdout, done.stdout
     assert f"{db}.b" not in done.stdout and "(mirror)" not in done.stdout, done.stdout

@@ -213,20 +213,23 @@ class MirrorVerifier:
 
     # ------------------------------------------------------------------ one consistent point
     def _compare(
-        self, table: TableId, schema: TableSchema, rows: pa.Table, lw: GtidSet, since: int
+        self,
+        table: TableId,
+        schema: TableSchema,
+        rows: pa.Table,
+        lw: GtidSet,
+        since: int,
+        keys: pa.Table | None = None,
     ) -> tuple[list[Difference], set[Key]]:
-        """``rows`` (read after ``lw``) against the mirror's rows of their keys once the output has passed
-        ``lw``: the differences, and the keys that changed after ``lw`` (left out)."""
+        """``rows`` (read after ``lw``) against the mirror's rows of ``keys`` (default: the rows' own) once
+        the output has passed ``lw``: the differences, and the keys that changed after ``lw`` (left out)."""
         self._wait_passed(table, lw)
-        key = list(schema.key)
-        keys = rows.select(key)
-        held = self._mirror_rows(table, keys, [c.name for c in schema.columns], rows.schema)
+        key, columns = list(schema.key), [c.name for c in schema.columns]
+        keys = rows.select(key) if keys is None else keys
+        held = self._mirror_rows(table, keys, columns, rows.schema)
         changed = self._changed_after(table, keys, since, lw)
-        source = _by_key(rows, key)
-        mirror = _by_key(held, key)
         single = [c.name for c in schema.columns if c.data_type == "float"]
-        columns = [c.name for c in schema.columns]
-        return diff_rows(source, mirror, columns, single, changed), changed
+        return diff_rows(_by_key(rows, key), _by_key(held, key), columns, single, changed), changed
 
     def _recheck(
         self, table: TableId, schema: TableSchema, keys: list[Key], since: int, report: VerifyReport
@@ -240,12 +243,8 @@ class MirrorVerifier:
             rows = _rendered(self.replica.select_keys(schema, part), schema)
             key_schema = pa.schema([rows.schema.field(k) for k in key])
             asked = pa.Table.from_pylist([dict(zip(key, k, strict=True)) for k in part], schema=key_schema)
-            self._wait_passed(table, lw)
-            held = self._mirror_rows(table, asked, [c.name for c in schema.columns], rows.schema)
-            changed = self._changed_after(table, asked, since, lw)
-            single = [c.name for c in schema.columns if c.data_type == "float"]
-            columns = [c.name for c in schema.columns]
-            report.differences += diff_rows(_by_key(rows, key), _by_key(held, key), columns, single, changed)
+            found, changed = self._compare(table, schema, rows, lw, since, asked)
+            report.differences += found
             report.changing += len(changed)
 
     # ------------------------------------------------------------------ the output
