@@ -207,4 +207,6 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
         report
     )
     assert "(id=2) differs: amount:" in report and "s: source 'é2" in report, report
-    assert f"{db}.plain: same" in found.stdout and f"{db}.a: 2 differences (" in report, found.stdout
+    assert f"{db}.plain: same" in found.stdout and f"{db}.a: 2 differences (" in report, (
+        f"{found.stdout}\n{report}"
+    )

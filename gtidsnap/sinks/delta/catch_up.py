@@ -143,11 +143,26 @@ def _state_at(spark: SparkSession, mirror: str, changelog: str) -> DataFrame:
     rows = spark.read.format("delta").load(mirror)
     if not DeltaTable.isDeltaTable(spark, changelog):
         return rows
+    return overlaid(spark, rows, changelog, recorded_key(spark, mirror), mirror_watermark(spark, mirror))
+
+
+def mirror_watermark(spark: SparkSession, mirror: str) -> int | None:
+    """:func:`merged_watermark` of the mirror at ``mirror``, from its history. It only grows while a run
+    writes the mirror, so a value read once stays a lower bound for :func:`overlaid`."""
+    from delta.tables import DeltaTable
+
     history = DeltaTable.forPath(spark, mirror).history()
-    held = merged_watermark(
+    return merged_watermark(
         history.select("version", "operation", "userMetadata", "operationParameters").collect()
     )
-    key = recorded_key(spark, mirror)
+
+
+def overlaid(
+    spark: SparkSession, rows: DataFrame, changelog: str, key: Sequence[str] | None, held: int | None
+) -> DataFrame:
+    """The mirror's ``rows`` overlaid with the changelog's records above ``held``, the newest per key
+    (deletes remove the row). ``held`` may be lower than the mirror's watermark: a record the mirror
+    already holds is overlaid by itself or by a newer one, so the result is the same."""
     if held == NOTHING_WAITS or not key:
         return rows
     recent = changelog_after(spark, changelog, key, held)

@@ -54,10 +54,11 @@ def in_range(key: Sequence[str], after: Sequence[Any] | None, upto: Sequence[Any
     return upper if after is None else beyond(after) & upper
 
 
-def range_hash(
-    frame: DataFrame, schema: TableSchema, after: Sequence[Any] | None, upto: Sequence[Any]
-) -> tuple[int, int]:
-    """The row count and hash of the rows of ``frame`` (the mirror's state) in ``after < key <= upto``."""
+def range_hashes(
+    frame: DataFrame, schema: TableSchema, ranges: Sequence[tuple[Sequence[Any] | None, Sequence[Any]]]
+) -> list[tuple[int, int]]:
+    """The row count and hash of the rows of ``frame`` (the mirror's state) in each ``after < key <= upto``
+    of ``ranges`` (in key order, each starting where the one before ends), in one Spark job."""
     from pyspark.sql import functions as F
 
     parts = []
@@ -67,7 +68,17 @@ def range_hash(
             raise ValueError(f"column {column.name} ({column.column_type}) has no hashed text")
         parts.append(F.coalesce(_text(kind, F.col(quote_ident(column.name))), F.lit(NULL_TEXT)))
     row = F.crc32(F.concat_ws(SEPARATOR, *parts).cast("binary"))
-    got = frame.where(in_range(schema.key, after, upto)).agg(F.count(F.lit(1)), F.bit_xor(row)).first()
-    if got is None:
-        return 0, 0
-    return int(got[0]), int(got[1] or 0)
+    if not ranges:
+        return []
+    which = F.when(in_range(schema.key, *ranges[0]), F.lit(0))
+    for index, bounds in enumerate(ranges[1:], start=1):
+        which = which.when(in_range(schema.key, *bounds), F.lit(index))
+    got = (
+        frame.select(which.alias("_gtidsnap_range"), row.alias("_gtidsnap_hash"))
+        .where(F.col("_gtidsnap_range").isNotNull())
+        .groupBy("_gtidsnap_range")
+        .agg(F.count(F.lit(1)), F.bit_xor("_gtidsnap_hash"))
+        .collect()
+    )
+    found = {int(r[0]): (int(r[1]), int(r[2] or 0)) for r in got}
+    return [found.get(index, (0, 0)) for index in range(len(ranges))]

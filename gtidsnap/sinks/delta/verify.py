@@ -14,7 +14,8 @@ compared with itself for every type; the rule is :mod:`gtidsnap.core.mirror_diff
 
 Where the table allows it (:func:`gtidsnap.core.row_hash.hashable`) a range is first compared by its row
 count and hash, computed by the server and by Spark over the mirror alike; only a range whose hashes
-differ is read row by row.
+differ is read row by row. Ranges go 16 at a time: their hashes read, the output awaited once, the
+mirror's hashes computed in one Spark job, the ranges that differ read row by row at one point.
 
 Keys that differ, that only the mirror has, or that changed during their range's read are read again
 by key (a second consistent point) and compared again: a writer's change caught between two reads is
@@ -41,11 +42,11 @@ from gtidsnap.core.ports import CheckpointPort
 from gtidsnap.core.row_hash import hashable
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.sinks.arrow_columns import ArrowRenderer
-from gtidsnap.sinks.delta.catch_up import current_state
+from gtidsnap.sinks.delta.catch_up import current_state, mirror_watermark, overlaid
 from gtidsnap.sinks.delta.changelog_appends import holds_batch
-from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
+from gtidsnap.sinks.delta.layout import changelog_path, mirror_path, recorded_key
 from gtidsnap.sinks.delta.position import parse_position
-from gtidsnap.sinks.delta.range_hash import in_range, range_hash
+from gtidsnap.sinks.delta.range_hash import in_range, range_hashes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,6 +59,7 @@ log = logging.getLogger("gtidsnap.verify")
 RANGE_ROWS = 50_000  # rows of a key range, read and compared at one point
 RECHECK_AT_MOST = 10_000  # keys read again by key at most (the first ones found)
 RECHECK_BATCH = 500  # keys a SELECT reads again
+HASHED_AT_ONCE = 16  # ranges hashed before one wait for the output and one Spark job
 
 
 @dataclass
@@ -97,6 +99,11 @@ class MirrorVerifier:
         self.spark, self.root, self.replica, self.store = spark, root, replica, store
         self.range_rows, self.wait_s, self.sleep = range_rows, wait_s, sleep
         self.hashes = hashes  # ranges compared by hash where the table allows it
+        # read once per table (each is a Spark job or more, and ranges are many): the mirror's key and a
+        # lower bound of its watermark (see catch_up.overlaid) once its changelog exists; the changelog
+        # batches seen committed (a commit is never taken back)
+        self._overlay: dict[TableId, tuple[list[str] | None, int | None]] = {}
+        self._held: set[tuple[TableId, int]] = set()
 
     # ------------------------------------------------------------------ the whole table
     def verify(self, table: TableId) -> VerifyReport:
@@ -161,15 +168,23 @@ class MirrorVerifier:
         after: Sequence[Any] | None = None
         lw = self.replica.executed()
         while upto is not None:
-            ends = self.replica.chunk_ends(schema, after, upto, self.range_rows, 16)
+            ends = self.replica.chunk_ends(schema, after, upto, self.range_rows, HASHED_AT_ONCE)
             bounds = [tuple(e) for e in ends]
-            if len(ends) < 16 and (not bounds or bounds[-1] != tuple(upto)):
+            if len(ends) < HASHED_AT_ONCE and (not bounds or bounds[-1] != tuple(upto)):
                 bounds.append(tuple(upto))  # the last range, shorter
-            for end in bounds:
-                lw = self.replica.executed()
-                recheck.update(self._hash_range(table, schema, after, end, lw, since, report))
-                after = end
-            if len(ends) < 16:
+            starts: list[Sequence[Any] | None] = [after, *bounds[:-1]]
+            ranges = list(zip(starts, bounds, strict=True))
+            after = bounds[-1]
+            source = [self.replica.range_hash(schema, start, stop) for start, stop in ranges]
+            lw = self.replica.executed()  # after the reads: holds every change they saw
+            self._wait_passed(table, lw)
+            held = range_hashes(self._state(table), schema, ranges)
+            report.ranges += len(ranges)
+            report.source_rows += sum(count for count, _ in source)
+            differ = [r for r, mine, theirs in zip(ranges, source, held, strict=True) if mine != theirs]
+            if differ:  # a writer's change since makes them differ too
+                recheck.update(self._range_rows(table, schema, differ, since, report))
+            if len(ends) < HASHED_AT_ONCE:
                 break
         self._wait_passed(table, lw)
         key = list(schema.key)
@@ -178,38 +193,32 @@ class MirrorVerifier:
         recheck.update(dict.fromkeys(_keys(beyond.limit(RECHECK_AT_MOST).toArrow(), key)))
         return recheck
 
-    def _hash_range(
+    def _range_rows(
         self,
         table: TableId,
         schema: TableSchema,
-        after: Sequence[Any] | None,
-        end: Sequence[Any],
-        lw: GtidSet,
+        ranges: Sequence[tuple[Sequence[Any] | None, Sequence[Any]]],
         since: int,
         report: VerifyReport,
     ) -> dict[Key, None]:
-        """One range by its hash; where the hashes differ, by its rows (a writer's change since ``lw``
-        makes them differ too: the rows say which keys, and those are left out)."""
+        """Ranges whose hashes differ, compared row by row at one point: the keys that differ, that only
+        the mirror has, or that changed after ``lw`` (read again later)."""
         from pyspark.sql import functions as F
 
-        count, digest = self.replica.range_hash(schema, after, end)
-        self._wait_passed(table, lw)
-        report.ranges += 1
-        report.source_rows += count
-        if range_hash(self._state(table), schema, after, end) == (count, digest):
-            return {}
-        report.read_ranges += 1
-        key = list(schema.key)
+        report.read_ranges += len(ranges)
         lw = self.replica.executed()
-        rows = _rendered(self.replica.select_chunk(schema, after, end, None), schema)
-        found, changed = self._compare(table, schema, rows, lw, since)
-        held = (
-            self._state(table).where(in_range(key, after, end)).select(*[F.col(quote_ident(k)) for k in key])
+        read = [_rendered(self.replica.select_chunk(schema, a, e, None), schema) for a, e in ranges]
+        rows = pa.concat_tables(read, promote_options="permissive")
+        self._wait_passed(table, lw)
+        inside = in_range(schema.key, *ranges[0])
+        for bounds in ranges[1:]:
+            inside = inside | in_range(schema.key, *bounds)
+        columns = [F.col(quote_ident(c.name)) for c in schema.columns]
+        state = self._state(table).where(inside).select(*columns)
+        found, changed = self._compare(
+            table, schema, rows, lw, since, held=_as_types(state.toArrow(), rows.schema)
         )
-        if rows.num_rows:
-            held = held.join(self.spark.createDataFrame(rows.select(key)), on=key, how="left_anti")
-        only = _keys(held.limit(RECHECK_AT_MOST).toArrow(), key)
-        return dict.fromkeys([*(d.key for d in found), *changed, *only])
+        return dict.fromkeys([*(d.key for d in found), *changed])  # "extra": the keys only the mirror has
 
     # ------------------------------------------------------------------ one consistent point
     def _compare(
@@ -220,13 +229,22 @@ class MirrorVerifier:
         lw: GtidSet,
         since: int,
         keys: pa.Table | None = None,
+        held: pa.Table | None = None,
     ) -> tuple[list[Difference], set[Key]]:
-        """``rows`` (read after ``lw``) against the mirror's rows of ``keys`` (default: the rows' own) once
-        the output has passed ``lw``: the differences, and the keys that changed after ``lw`` (left out)."""
+        """``rows`` (read after ``lw``) against the mirror's rows of ``keys`` (default: the rows' own), or
+        ``held`` (the mirror's rows of the range read, read after the output passed ``lw``) once the output
+        has passed ``lw``: the differences, and the keys that changed after ``lw`` (left out)."""
         self._wait_passed(table, lw)
         key, columns = list(schema.key), [c.name for c in schema.columns]
         keys = rows.select(key) if keys is None else keys
-        held = self._mirror_rows(table, keys, columns, rows.schema)
+        if held is None:
+            held = self._mirror_rows(table, keys, columns, rows.schema)
+        else:  # the mirror's keys the source lacks may have come after lw too
+            keys = (
+                pa.concat_tables([keys, held.select(key)], promote_options="permissive")
+                .group_by(key)
+                .aggregate([])
+            )
         changed = self._changed_after(table, keys, since, lw)
         single = [c.name for c in schema.columns if c.data_type == "float"]
         return diff_rows(_by_key(rows, key), _by_key(held, key), columns, single, changed), changed
@@ -284,10 +302,30 @@ class MirrorVerifier:
         if any(f.table == table for f in position.staged):
             return False  # snapshot rows on their way to the mirror
         path = changelog_path(self.root, table)
-        return all(holds_batch(self.spark, path, a.batch) for a in position.appends if a.table == table)
+        for append in position.appends:
+            if append.table == table and (table, append.batch) not in self._held:
+                if not holds_batch(self.spark, path, append.batch):
+                    return False
+                self._held.add((table, append.batch))
+        return True
 
     def _state(self, table: TableId) -> DataFrame:
-        return current_state(self.spark, self.root, table)
+        if not self._logged(table):
+            return current_state(self.spark, self.root, table)
+        key, held = self._overlay[table]
+        rows = self.spark.read.format("delta").load(mirror_path(self.root, table))
+        return overlaid(self.spark, rows, changelog_path(self.root, table), key, held)
+
+    def _logged(self, table: TableId) -> bool:
+        """Has ``table`` a changelog (its mirror's key and watermark then read, once)?"""
+        from delta.tables import DeltaTable
+
+        if table not in self._overlay:
+            if not DeltaTable.isDeltaTable(self.spark, changelog_path(self.root, table)):
+                return False  # no change of the table streamed yet
+            mirror = mirror_path(self.root, table)
+            self._overlay[table] = (recorded_key(self.spark, mirror), mirror_watermark(self.spark, mirror))
+        return True
 
     def _mirror_rows(
         self, table: TableId, keys: pa.Table, columns: Sequence[str], like: pa.Schema
@@ -304,10 +342,9 @@ class MirrorVerifier:
 
     def _changed_after(self, table: TableId, keys: pa.Table, since: int, lw: GtidSet) -> set[Key]:
         """Keys with a changelog record from ``since`` on whose transaction is not in ``lw``."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
-        if not keys.num_rows or not DeltaTable.isDeltaTable(self.spark, changelog_path(self.root, table)):
+        if not keys.num_rows or not self._logged(table):
             return set()  # no change of the table was ever streamed
         names = list(keys.column_names)
         asked = self.spark.createDataFrame(keys)
