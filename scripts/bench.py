@@ -11,7 +11,8 @@ DATETIME, DECIMAL(12,2), TEXT) in the database ``bench`` (loaded once, reused):
      from Parquet staged by pyarrow (250,000-row files) -> ratios to both; CPU-seconds per row of
      each process of the gtidsnap run (engine, readers, JVM);
   b. binlog streaming rows/s of ``--rows`` row changes into JSON lines and into Delta (the real CLI)
-     against a bare python-mysql-replication decode of the same changes (the limit) -> ratios;
+     against a bare python-mysql-replication decode of the same changes (the limit) -> ratios, and
+     Debezium's embedded engine (the peer, jars by scripts/debezium/deps.sh) on the same changes;
   c. binlog pause per chunk minus the chunk SELECT's own time, p50 and p99 (in process);
   d. time for a chunk's window to close on an idle source, default heartbeat (in process);
   e. peak RSS of the CLI's snapshot into JSON lines of ``--rows`` and ``--big-rows`` tables -> ratio;

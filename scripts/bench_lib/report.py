@@ -175,6 +175,11 @@ def _rows(result: dict[str, Any]) -> list[Row]:
         ),
         (f"b. streaming {ARROW} Delta, rows/s (ratio to limit)", get("b", lambda p: _rate(p, "delta"))),
         (
+            f"b. peer: Debezium embedded {ARROW} JSON lines, rows/s from its start (gtidsnap JSON lines"
+            " / it)",
+            get("b", lambda p: _rate(p, "debezium", "ratio_jsonl_to_debezium")),
+        ),
+        (
             f"c. binlog pause per chunk {MINUS} its SELECT, p50 / p99 ms",
             get("c", pair("p50_ms", "p99_ms", 1)),
         ),

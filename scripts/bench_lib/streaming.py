@@ -13,7 +13,10 @@ after. Then, in this order:
   monitoring costs, as a ratio to the run without it);
 * the same gtidsnap run into Delta;
 * the bare decode again. Each gtidsnap run is compared with the mean of the two decodes (a decode of
-  1M row changes takes over a minute: a third one between the runs would cost more than it tells).
+  1M row changes takes over a minute: a third one between the runs would cost more than it tells);
+* the peer, Debezium's embedded engine into JSON lines (:mod:`bench_lib.debezium`), primed with the
+  gtidsnap runs, streams the same changes: ``ratio_jsonl_to_debezium`` is gtidsnap's JSON-lines rate
+  over Debezium's, each from its own start.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bench_lib import cli_run
 from bench_lib.context import Context
+from bench_lib.debezium import DebeziumPeer
 from bench_lib.env import DATABASE
 from bench_lib.stats import mean, ratio
 from bench_lib.tables import ensure_table
@@ -167,6 +171,8 @@ def measure_b(ctx: Context) -> dict[str, Any]:
     envs[METRICS_ON]["GTIDSNAP_METRICS_LISTEN"] = listen
     for sink, env in envs.items():  # checkpoints at the replica's current set, before the changes
         cli_run.run(["run", "--until-caught-up"], env, ctx.log_path(f"stream-{sink}-prime"), ctx.timeout)
+    peer = DebeziumPeer(ctx, ctx.work("stream-debezium"), DATABASE, CHURN_TABLE, ctx.timeout)
+    peer.prime()
     generated = generate_changes(ctx, ctx.rows)
     bare = [bare_decode(ctx, generated["start"], ctx.rows)]
     runs: dict[str, dict[str, Any]] = {}
@@ -203,6 +209,8 @@ def measure_b(ctx: Context) -> dict[str, Any]:
         runs[sink] = facts
         shutil.rmtree(works[sink], ignore_errors=True)
     bare.append(bare_decode(ctx, generated["start"], ctx.rows))
+    debezium = peer.stream(ctx.rows)
+    shutil.rmtree(peer.work, ignore_errors=True)
     limit = mean([b["rows_per_s"] for b in bare])
     return {
         "changes": ctx.rows,
@@ -218,4 +226,6 @@ def measure_b(ctx: Context) -> dict[str, Any]:
         "limit_for_delta_rows_per_s": round(limit, 1),
         "ratio_jsonl": ratio(runs["jsonl"]["rows_per_s"], limit),
         "ratio_delta": ratio(runs["delta"]["rows_per_s"], limit),
+        "debezium": debezium,
+        "ratio_jsonl_to_debezium": ratio(runs["jsonl"]["rows_per_s"], debezium["rows_per_s"]),
     }
