@@ -113,6 +113,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--rows", type=int, default=1_000_000, help="rows of the table (a, c, e) and row changes (b)"
     )
     ap.add_argument("--big-rows", type=int, default=5_000_000, help="rows of the second table of e.")
+    ap.add_argument(
+        "--tx-rows",
+        type=int,
+        default=1_000,
+        help="rows per transaction of b.'s changes (a divisor of 10,000)",
+    )
     ap.add_argument("--flavors", default="mariadb,mysql", type=lambda t: _list(t, env.FLAVORS, "flavours"))
     ap.add_argument("--only", default="abcdefgh", type=_parts, help="parts to run, e.g. a,c (default: all)")
     ap.add_argument(
@@ -146,6 +152,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a = ap.parse_args(argv)
     if a.rows < 10 * a.chunk_size or a.big_rows < a.rows:
         ap.error("--rows must be at least 10 chunks, and --big-rows at least --rows")
+    if a.tx_rows < 1 or 10_000 % a.tx_rows:
+        ap.error("--tx-rows must divide 10,000 (the rows of b.'s table)")
     return a
 
 
@@ -161,6 +169,7 @@ def measure(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "command": shlex.join(["scripts/bench", *argv]),
             "rows": a.rows,
             "big_rows": a.big_rows,
+            "tx_rows": a.tx_rows,
             "chunk_size": a.chunk_size,
             "flavors": a.flavors,
             "parts": a.only,
@@ -179,7 +188,9 @@ def measure(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "durations_s": {f: {} for f in a.flavors},
     }
     contexts = {
-        f: Context(p, a.rows, a.big_rows, a.chunk_size, a.latency_seconds, a.label, a.timeout)
+        f: Context(
+            p, a.rows, a.big_rows, a.chunk_size, a.latency_seconds, a.label, a.timeout, tx_rows=a.tx_rows
+        )
         for f, p in pairs.items()
     }
     for f, ctx in contexts.items():  # the big tables first: loading them is slow, and reused next time

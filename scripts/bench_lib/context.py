@@ -30,6 +30,7 @@ class Context:
     label: str
     timeout: float  # seconds a gtidsnap run may take before it is stopped and measured as it stands
     shared: dict[str, Any] = field(default_factory=dict)  # results one part reuses from another
+    tx_rows: int = 1_000  # rows per transaction of b.'s changes
 
     @property
     def flavor(self) -> str:

@@ -1,8 +1,8 @@
 """b. Binlog streaming throughput against the limit.
 
-On the primary, ``--rows`` row changes (UPDATEs of 1,000 rows per transaction, cycling through the
-10,000-row table ``bench.churn``) go into the binlog; the replica's executed set is read before and
-after. Then, in this order:
+On the primary, ``--rows`` row changes (UPDATEs of ``--tx-rows`` rows per transaction, 1,000 by
+default, cycling through the 10,000-row table ``bench.churn``) go into the binlog; the replica's
+executed set is read before and after. Then, in this order:
 
 * the limit: python-mysql-replication's ``BinLogStreamReader`` on the replica as the read-only user,
   from the start set, decoding every row (``event.rows``) and only counting them;
@@ -47,7 +47,6 @@ log = logging.getLogger("bench.streaming")
 
 CHURN_TABLE = "churn"
 CHURN_ROWS = 10_000
-TX_ROWS = 1_000  # rows per UPDATE transaction; CHURN_ROWS is a multiple of it
 DECODE_TIMEOUT_S = 1800.0
 METRICS_ON = "jsonl-metrics"  # JSON lines with /metrics served and scraped
 SCRAPE_EVERY_S = 1.0  # harsher than Prometheus' usual 15 s
@@ -61,7 +60,7 @@ def generate_changes(ctx: Context, changes: int) -> dict[str, Any]:
     done = 0
     with ctx.pair.primary() as conn, conn.cursor() as cur:
         while done < changes:
-            count = min(TX_ROWS, changes - done)
+            count = min(ctx.tx_rows, changes - done)
             lo = done % CHURN_ROWS + 1
             cur.execute(
                 f"UPDATE {DATABASE}.{CHURN_TABLE} SET n = n + 1, ts = NOW() WHERE id BETWEEN %s AND %s",
@@ -214,7 +213,7 @@ def measure_b(ctx: Context) -> dict[str, Any]:
     limit = mean([b["rows_per_s"] for b in bare])
     return {
         "changes": ctx.rows,
-        "rows_per_transaction": TX_ROWS,
+        "rows_per_transaction": ctx.tx_rows,
         "generate": {k: str(v) if k in ("start", "end") else v for k, v in generated.items()},
         "bare_decodes": bare,
         "bare_rows_per_s": round(mean([b["rows_per_s"] for b in bare]), 1),
