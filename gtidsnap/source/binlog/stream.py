@@ -60,6 +60,7 @@ from gtidsnap.source.binlog.library import (
     GuardedConnect,
     LibraryReconnect,
 )
+from gtidsnap.source.binlog.table_maps import install as install_table_map_cache
 from gtidsnap.source.binlog.translator import EVENTS_READ, EventTranslator, SchemaOf
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.server_errors import FATAL_TO_THE_STREAM, Meaning, code_of, meaning
@@ -86,6 +87,7 @@ class BinlogStream:
             raise ValueError(f"unknown server flavour {flavor!r}; expected 'mysql' or 'mariadb'")
         if flavor == "mariadb" and not isinstance(start, MariadbGtidSet):
             raise TypeError(f"a MariaDB stream starts from a MariadbGtidSet, not {type(start).__name__}")
+        install_table_map_cache()  # table maps parsed once per table version (see that module)
         self._settings = settings
         self._flavor: Flavor = flavor
         self._schema_of = schema_of

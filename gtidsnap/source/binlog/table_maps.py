@@ -1,0 +1,98 @@
+"""Table maps parsed once per table version.
+
+Each transaction's row events follow a TABLE_MAP event per table they touch, so a stream of small
+transactions carries a table map every few rows, and python-mysql-replication parses each in full
+(every column's type and metadata, the optional metadata with names, charsets and keys): 17% of a run
+streaming 10-row transactions. A table map's body (after the event header) holds nothing but the table's
+id, names and columns, so the same body parses to the same table: :func:`install` makes the library's
+``TableMapEvent`` parse a body once and reuse that parse for every later event with the same bytes. A
+table that changes (DDL) or is reopened under a new table id has new bytes, hence a parse of its own.
+
+The library's class is patched in place, not subclassed: its packet reader only builds events whose
+class is ``TableMapEvent`` itself. :class:`gtidsnap.source.binlog.stream.BinlogStream` installs the
+patch (once per process), and only on the library version whose internals it relies on."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from importlib.metadata import version
+from typing import Any
+
+from pymysqlreplication.event import BinLogEvent
+from pymysqlreplication.row_event import TableMapEvent
+
+TESTED_VERSIONS = ("1.0.17",)
+KEPT = 512  # distinct table map bodies remembered (the least recently used go first)
+
+_parsed: OrderedDict[bytes, TableMapEvent] = OrderedDict()
+_library_init = TableMapEvent.__init__
+# set by BinLogEvent.__init__ for each event: never copied from the remembered parse
+_PER_EVENT = frozenset(
+    {
+        "packet",
+        "table_map",
+        "event_type",
+        "timestamp",
+        "event_size",
+        "_post_header_lengths",
+        "_ctl_connection",
+        "mysql_version",
+        "_ignore_decode_errors",
+        "_verify_checksum",
+        "_is_event_valid",
+        "_processed",
+        "complete",
+        "dbms",
+    }
+)
+
+
+def _body(from_packet: Any, size: int) -> bytes | None:
+    """The event's body, not consumed (None where the packet is not laid out as expected)."""
+    packet = getattr(from_packet, "packet", None)
+    data, position = getattr(packet, "_data", None), getattr(packet, "_position", None)
+    if not isinstance(data, bytes | bytearray) or not isinstance(position, int) or size <= 0:
+        return None
+    body = bytes(data[position : position + size])
+    return body if len(body) == size else None
+
+
+def _cached_init(
+    self: TableMapEvent,
+    from_packet: Any,
+    event_size: int,
+    table_map: dict[int, Any],
+    ctl_connection: Any,
+    **kw: Any,
+) -> None:
+    body = _body(from_packet, event_size)
+    known = _parsed.get(body) if body is not None else None
+    if known is None:
+        _library_init(self, from_packet, event_size, table_map, ctl_connection, **kw)
+        if body is not None and self._processed and getattr(self, "table_obj", None) is not None:
+            _parsed[body] = self
+            if len(_parsed) > KEPT:
+                _parsed.popitem(last=False)
+        return
+    _parsed.move_to_end(body)  # type: ignore[arg-type]
+    BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kw)
+    for name, value in vars(known).items():
+        if name not in _PER_EVENT:
+            setattr(self, name, value)
+    table_map[self.table_id] = self.table_obj
+
+
+def install() -> bool:
+    """Patch the library's table map parse (once; only on a tested version). Returns whether it is on."""
+    if TableMapEvent.__init__ is _cached_init:
+        return True
+    if version("mysql-replication") not in TESTED_VERSIONS:
+        return False
+    TableMapEvent.__init__ = _cached_init
+    return True
+
+
+def uninstall() -> None:
+    """The library's own parse again, every remembered one dropped (the benchmark's bare decode, tests)."""
+    TableMapEvent.__init__ = _library_init
+    _parsed.clear()
