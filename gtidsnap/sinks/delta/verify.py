@@ -15,7 +15,8 @@ compared with itself for every type; the rule is :mod:`gtidsnap.core.mirror_diff
 Where the table allows it (:func:`gtidsnap.core.row_hash.hashable`) a range is first compared by its row
 count and hash, computed by the server and by Spark over the mirror alike; only a range whose hashes
 differ is read row by row. Ranges go 16 at a time: their hashes read, the output awaited once, the
-mirror's hashes computed in one Spark job, the ranges that differ read row by row at one point.
+mirror's hashes computed in one Spark job, the ranges that differ read row by row (up to 100,000 rows
+at one point).
 
 Keys that differ, that only the mirror has, or that changed during their range's read are read again
 by key (a second consistent point) and compared again: a writer's change caught between two reads is
@@ -60,6 +61,7 @@ RANGE_ROWS = 50_000  # rows of a key range, read and compared at one point
 RECHECK_AT_MOST = 10_000  # keys read again by key at most (the first ones found)
 RECHECK_BATCH = 500  # keys a SELECT reads again
 HASHED_AT_ONCE = 16  # ranges hashed before one wait for the output and one Spark job
+ROWS_AT_ONCE = 100_000  # rows of the ranges whose hashes differ read and compared at one point, at most
 
 
 @dataclass
@@ -99,9 +101,8 @@ class MirrorVerifier:
         self.spark, self.root, self.replica, self.store = spark, root, replica, store
         self.range_rows, self.wait_s, self.sleep = range_rows, wait_s, sleep
         self.hashes = hashes  # ranges compared by hash where the table allows it
-        # read once per table (each is a Spark job or more, and ranges are many): the mirror's key and a
-        # lower bound of its watermark (see catch_up.overlaid) once its changelog exists; the changelog
-        # batches seen committed (a commit is never taken back)
+        # read once per table: the mirror's key and a lower bound of its watermark (catch_up.overlaid) once
+        # its changelog exists; the changelog batches seen committed (a commit is never taken back)
         self._overlay: dict[TableId, tuple[list[str] | None, int | None]] = {}
         self._held: set[tuple[TableId, int]] = set()
 
@@ -182,8 +183,9 @@ class MirrorVerifier:
             report.ranges += len(ranges)
             report.source_rows += sum(count for count, _ in source)
             differ = [r for r, mine, theirs in zip(ranges, source, held, strict=True) if mine != theirs]
-            if differ:  # a writer's change since makes them differ too
-                recheck.update(self._range_rows(table, schema, differ, since, report))
+            step = max(1, ROWS_AT_ONCE // self.range_rows)  # the rows held in memory at once stay bounded
+            for first in range(0, len(differ), step):  # a writer's change since makes them differ too
+                recheck.update(self._range_rows(table, schema, differ[first : first + step], since, report))
             if len(ends) < HASHED_AT_ONCE:
                 break
         self._wait_passed(table, lw)
