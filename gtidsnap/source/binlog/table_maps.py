@@ -4,9 +4,11 @@ Each transaction's row events follow a TABLE_MAP event per table they touch, so 
 transactions carries a table map every few rows, and python-mysql-replication parses each in full
 (every column's type and metadata, the optional metadata with names, charsets and keys): 17% of a run
 streaming 10-row transactions. A table map's body (after the event header) holds nothing but the table's
-id, names and columns, so the same body parses to the same table: :func:`install` makes the library's
-``TableMapEvent`` parse a body once and reuse that parse for every later event with the same bytes. A
-table that changes (DDL) or is reopened under a new table id has new bytes, hence a parse of its own.
+id, names and columns (with ``binlog_row_metadata=FULL``, which preflight demands where it exists), so
+the same body parses to the same table: :func:`install` makes the library's ``TableMapEvent`` parse a
+body once and reuse that parse for every later event with the same bytes. A table that changes (DDL) or
+is reopened under a new table id has new bytes, hence a parse of its own. A parse whose column names
+the library fetched from the server (no names in the event) is never reused.
 
 The library's class is patched in place, not subclassed: its packet reader only builds events whose
 class is ``TableMapEvent`` itself. :class:`gtidsnap.source.binlog.stream.BinlogStream` installs the
@@ -69,7 +71,7 @@ def _cached_init(
     known = _parsed.get(body) if body is not None else None
     if known is None:
         _library_init(self, from_packet, event_size, table_map, ctl_connection, **kw)
-        if body is not None and self._processed and getattr(self, "table_obj", None) is not None:
+        if body is not None and self._processed and _self_contained(self):
             _parsed[body] = self
             if len(_parsed) > KEPT:
                 _parsed.popitem(last=False)
@@ -80,6 +82,15 @@ def _cached_init(
         if name not in _PER_EVENT:
             setattr(self, name, value)
     table_map[self.table_id] = self.table_obj
+
+
+def _self_contained(event: TableMapEvent) -> bool:
+    """Does the parse come from the bytes alone? Column names come with the event only where
+    ``binlog_row_metadata`` is FULL; otherwise the library asks the server for them at each parse (the
+    table's current names), and such a parse is not reused."""
+    names = getattr(getattr(event, "optional_metadata", None), "column_name_list", None) or []
+    columns = getattr(event, "column_count", None)
+    return getattr(event, "table_obj", None) is not None and bool(names) and len(names) == columns
 
 
 def install() -> bool:
