@@ -36,7 +36,8 @@ translator filters with the ``schema_of`` callback and never decodes the rows of
 (the translator reads the rows with :mod:`gtidsnap.source.binlog.row_images`, several times faster than the
 library's own lazy per-value decode of ``event.rows``, which stays for what that module leaves).
 ``only_events`` does limit decoding to the event classes the translator reads (table maps, rotates
-and format descriptions are always decoded by the library, it needs them).
+and format descriptions are always decoded by the library, it needs them; a table map is parsed once per
+table version: :mod:`gtidsnap.source.binlog.table_maps`).
 """
 
 from __future__ import annotations
