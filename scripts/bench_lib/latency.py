@@ -109,16 +109,23 @@ def _source_commits(path: Path) -> dict[int, float]:
     return commits
 
 
-def _wait_caught_up(ctx: Context, checkpoint: Path, run: cli_run.CliRun, timeout: float) -> float | None:
-    """Seconds until gtidsnap's checkpoint covers everything the replica has executed; None if it
-    did not within ``timeout``."""
+def _wait_caught_up(
+    ctx: Context, checkpoint: Path, changelog: str, run: cli_run.CliRun, timeout: float
+) -> float | None:
+    """Seconds until gtidsnap's checkpoint covers everything the replica has executed and the changelog
+    holds the batches that checkpoint names (a changelog commits a batch after its checkpoint); None if
+    not within ``timeout``."""
+    from gtidsnap.sinks.delta.position import parse_position
+
     target = ctx.pair.wait_replicated()
     started = time.monotonic()
     store = CheckpointStore(checkpoint)
     while time.monotonic() - started < timeout:
         saved = store.load()
         if saved is not None and target <= saved.processed:
-            return time.monotonic() - started
+            waiting = {a.batch for a in parse_position(saved.sink_position).appends}
+            if waiting <= {c.batch for c in delta_log.commits(changelog)}:
+                return time.monotonic() - started
         if not run.alive():
             raise RuntimeError(f"gtidsnap stopped while streaming; see {run.log}")
         time.sleep(POLL_S)
@@ -176,7 +183,7 @@ def _run(ctx: Context, rate: float) -> _Run:
         warm_up_started = time.monotonic()
         warm_up = writer.start(ctx.pair, TABLE, "insert", rate, batch=batch, transactions=1)
         warm_up.wait()  # one transaction: the Delta tables get created now, not in the measurement
-        if _wait_caught_up(ctx, checkpoint, run, WARM_UP_TIMEOUT_S) is None:
+        if _wait_caught_up(ctx, checkpoint, changelog, run, WARM_UP_TIMEOUT_S) is None:
             raise RuntimeError(
                 f"gtidsnap did not stream one transaction in {WARM_UP_TIMEOUT_S:.0f}s; see {run.log}"
             )
@@ -197,7 +204,7 @@ def _run(ctx: Context, rate: float) -> _Run:
             start_id=max(WARM_UP_IDS, batch) + 1,
         )
         written = w.wait(timeout=ctx.latency_s + 600)
-        catch_up = _wait_caught_up(ctx, checkpoint, run, ctx.timeout)
+        catch_up = _wait_caught_up(ctx, checkpoint, changelog, run, ctx.timeout)
         streamed_s = time.monotonic() - started
         mirror_wait = _wait_mirrored(run, mirror, changelog, ctx.timeout) if catch_up is not None else None
         stopped_at = time.time()  # rows not visible by now have a latency of at least now - commit
