@@ -52,6 +52,39 @@ stop_pid() {
 # mvn_quiet ARGS... -> Maven in batch mode, reusing ~/.m2
 mvn_quiet() { mvn -B -q -ntp "$@"; }
 
+# resolve_pom_jars NAME POM JARS_DIR MUST_GLOB [CHECK] -> POM's runtime dependencies copied by Maven into
+# JARS_DIR, once: a marker holds the pom's sha256, so Maven runs again only when the pom changes. Under a
+# lock; the copy must hold MUST_GLOB, and CHECK (a function, given the copy's folder) may refuse it.
+resolve_pom_jars() {
+  local name=$1 pom=$2 jars_dir=$3 must=$4 check=${5:-} pom_hash tmp_dir start=$SECONDS
+  [[ -f "$pom" ]] || die "missing $pom"
+  command -v mvn >/dev/null || die "mvn not found (Maven resolves the $name jars)"
+  pom_hash=$(sha256sum "$pom" | cut -d' ' -f1)
+  mkdir -p "$(dirname "$jars_dir")"
+  exec 9>"$(dirname "$jars_dir")/.$name.lock"
+  flock 9
+  if [[ -f "$jars_dir/.complete" && "$(cat "$jars_dir/.complete")" == "$pom_hash" ]] \
+    && compgen -G "$jars_dir/$must" >/dev/null; then
+    log "$name jars: up to date in $jars_dir"
+    return 0
+  fi
+  tmp_dir=$(mktemp -d "$(dirname "$jars_dir")/$name.tmp.XXXXXX")
+  trap 'rm -rf "$tmp_dir"' EXIT
+  log "$name jars: resolving $pom with Maven into $jars_dir"
+  mvn_quiet -f "$pom" dependency:copy-dependencies \
+    -DoutputDirectory="$tmp_dir" -DincludeScope=runtime -DoverWriteReleases=true >&2 \
+    || die "mvn dependency:copy-dependencies failed for $pom"
+  compgen -G "$tmp_dir/$must" >/dev/null || die "no $must after resolving $pom"
+  [[ -z "$check" ]] || "$check" "$tmp_dir"
+  chmod 755 "$tmp_dir"
+  printf '%s\n' "$pom_hash" >"$tmp_dir/.complete"
+  rm -rf "$jars_dir"
+  mv "$tmp_dir" "$jars_dir"
+  trap - EXIT
+  log "$name jars: $(find "$jars_dir" -name '*.jar' | wc -l) jars, $(du -sh "$jars_dir" | cut -f1)," \
+    "resolved in $((SECONDS - start))s"
+}
+
 # tls_files -> a CA, a server certificate for 127.0.0.1 (IP only) and a client certificate (CN gtidsnap)
 # under $STATE_DIR/tls, made once with openssl; the second replicas serve TLS with them (TLS tests)
 TLS_DIR="$STATE_DIR/tls"

@@ -69,14 +69,14 @@ def _cached_init(
 ) -> None:
     body = _body(from_packet, event_size)
     known = _parsed.get(body) if body is not None else None
-    if known is None:
+    if body is None or known is None:
         _library_init(self, from_packet, event_size, table_map, ctl_connection, **kw)
         if body is not None and self._processed and _self_contained(self):
             _parsed[body] = self
             if len(_parsed) > KEPT:
                 _parsed.popitem(last=False)
         return
-    _parsed.move_to_end(body)  # type: ignore[arg-type]
+    _parsed.move_to_end(body)
     BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kw)
     for name, value in vars(known).items():
         if name not in _PER_EVENT:
