@@ -125,7 +125,7 @@ class GtidSet(ABC):
     def _init_sets(self, sets: Mapping[Any, Iterable[Interval]] | None) -> None:
         normal = {src: normalize_intervals(iv) for src, iv in (sets or {}).items()}
         self._sets = {src: iv for src, iv in sorted(normal.items()) if iv}
-        self._hash = hash(tuple(self._sets.items()))
+        self._hash = -1  # computed when first asked: most sets (one a streamed transaction) never are
 
     def _merged(self, other: GtidSet) -> dict[Any, list[Interval]]:
         merged: dict[Any, list[Interval]] = {s: list(iv) for s, iv in self._sets.items()}
@@ -144,13 +144,20 @@ class GtidSet(ABC):
         return type(other) is type(self) and self._sets == other._sets
 
     def __hash__(self) -> int:
+        if self._hash == -1:  # never a hash's value: Python turns -1 into -2
+            self._hash = hash(tuple(self._sets.items()))
         return self._hash
 
     def __bool__(self) -> bool:
         return bool(self._sets)
 
     def __le__(self, other: Self) -> bool:
-        return not (self - other)
+        """Every transaction of this set is in ``other``; builds no set (an engine running until caught
+        up asks this once per streamed transaction)."""
+        if type(other) is not type(self):
+            return not (self - other)  # the subtraction names the mismatch
+        others = other._sets
+        return not any(subtract_intervals(iv, others.get(s, ())) for s, iv in self._sets.items())
 
     def _with_source(self, source: Any, intervals: Intervals) -> Self:
         """A copy with one existing source's intervals (normalised) replaced, nothing re-sorted: the fast
@@ -160,7 +167,7 @@ class GtidSet(ABC):
         sets[source] = intervals
         copy = object.__new__(type(self))
         copy._sets = sets
-        copy._hash = hash(tuple(sets.items()))
+        copy._hash = -1
         return copy
 
     def count(self) -> int:

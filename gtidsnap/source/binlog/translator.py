@@ -145,7 +145,7 @@ class EventTranslator:
     def translate(self, raw: Any, out: Out) -> None:
         """Append to ``out`` what the raw library event ``raw`` means; events of other types are ignored."""
         if isinstance(raw, GtidEvent):
-            self._begin(MysqlGtid.parse(raw.gtid), out, standalone=True)
+            self._begin(_mysql_gtid(raw), out, standalone=True)
         elif isinstance(raw, MariadbGtidEvent):
             gtid = MariadbGtid(raw.domain_id, raw.server_id, raw.gtid_seq_no)
             self._begin(gtid, out, standalone=bool(raw.flags & _MARIADB_FL_STANDALONE))
@@ -265,7 +265,8 @@ class EventTranslator:
 
     def _query(self, raw: QueryEvent, out: Out) -> None:
         statement = str(raw.query)
-        kind, words = classify_statement(statement)
+        # MySQL opens every transaction with this very text: spared the general parse, once a transaction
+        kind, words = ("begin", statement) if statement == "BEGIN" else classify_statement(statement)
         if kind == "ignore":
             return
         tx = self._open_tx(f"the statement {redact_statement(statement)[:80]!r}")
@@ -290,6 +291,20 @@ class EventTranslator:
                 self._produce(tx, SchemaChange(tx.gtid, tables, redact_statement(statement)), out)
             if not tx.explicit:
                 self._commit(out)
+
+
+_SERVER_UUIDS: dict[bytes, str] = {}  # a GTID event's 16 bytes of server id -> the UUID as text
+
+
+def _mysql_gtid(raw: GtidEvent) -> MysqlGtid:
+    """The event's GTID, as ``MysqlGtid.parse(raw.gtid)`` gives it, without writing the UUID as text and
+    parsing it back once a transaction (the library reads no tagged GTID: their events stop the stream)."""
+    uuid = _SERVER_UUIDS.get(raw.sid)
+    if uuid is None:
+        if len(_SERVER_UUIDS) > 1024:  # a replica sees a handful of servers; never grow without bound
+            _SERVER_UUIDS.clear()
+        uuid = _SERVER_UUIDS[raw.sid] = MysqlGtid.parse(raw.gtid).uuid
+    return MysqlGtid(uuid, "", raw.gno)
 
 
 def _decode(value: Any) -> str:

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
@@ -276,3 +278,19 @@ def test_the_rows_of_a_table_not_captured_are_never_decoded() -> None:
     tr = translator(None, SCHEMA, TableSchema(other, SCHEMA.columns, SCHEMA.key))
     with pytest.raises(AssertionError, match="were decoded"):
         feed(tr, [mariadb_gtid(7), rows_event(NotToBeDecoded, [], other)])
+
+
+@given(sid=st.binary(min_size=16, max_size=16), gno=st.integers(1, 2**63 - 1))
+def test_a_mysql_gtid_is_read_as_its_text_parses(sid: bytes, gno: int) -> None:
+    event = raw(GtidEvent, sid=sid, gno=gno)
+    tr = translator(MysqlGtidSet())
+    begun = feed(tr, [event])
+    assert begun == [TxBegin(MysqlGtid.parse(event.gtid))]
+    assert str(begun[0].gtid) == event.gtid  # the library's text, as a checkpoint writes it
+
+
+def test_begin_opens_an_explicit_transaction_as_its_variants_do() -> None:
+    for opening in ("BEGIN", "begin", "BEGIN WORK", "/* c */ BEGIN"):
+        tr = translator(MysqlGtidSet())
+        out = feed(tr, [mysql_gtid(5), query(opening), inserted(1), xid()])
+        assert [type(e) for e in out] == [TxBegin, RowChange, TxCommit], opening
