@@ -71,14 +71,28 @@ def value_converter(column: Column) -> Callable[[Any], Any]:
     if t in TEXT_TYPES:
         return lambda v: v if v.__class__ is str else general(v)
     if t == "datetime":
-        return lambda v: v.isoformat(sep=" ") if v.__class__ is dt.datetime else general(v)
+        return _kind("datetime", lambda v: v.isoformat(sep=" ") if v.__class__ is dt.datetime else general(v))
     if t == "timestamp":
         return lambda v: v.isoformat(sep=" ") if v.__class__ is dt.datetime and v != _EPOCH else general(v)
     if t == "date":
         return lambda v: v.isoformat() if v.__class__ is dt.date else general(v)
     if t in ("decimal", "numeric"):
-        return lambda v: decimal_text(v) if v.__class__ is Decimal else general(v)
+        return _kind("decimal", lambda v: decimal_text(v) if v.__class__ is Decimal else general(v))
     return general
+
+
+def _kind(kind: str, convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``convert`` tagged as the standard converter of a type whose normal form is text: the binlog's
+    readers may write that text straight from the bytes (:mod:`gtidsnap.source.binlog.normal_readers`)."""
+    convert.__dict__["gtidsnap_kind"] = kind
+    return convert
+
+
+def converter_kind(convert: Callable[[Any], Any]) -> str | None:
+    """``datetime`` or ``decimal`` for the standard converter of those types (:func:`value_converter`);
+    None for any other."""
+    kind = getattr(convert, "gtidsnap_kind", None)
+    return kind if isinstance(kind, str) else None
 
 
 _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "vector"})

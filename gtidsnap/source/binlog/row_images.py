@@ -7,7 +7,8 @@ metadata; only the row bytes are decoded here, with the same results as the libr
 fixes in :mod:`gtidsnap.source.binlog.values` (the same pure decoders). What is not plain (a partial JSON
 update, a MINIMAL row image, a column without a name, a type not listed) goes to the library as before
 (:meth:`gtidsnap.source.binlog.translator.EventTranslator` reads ``event.rows`` then). Each value goes
-straight through its column's converter, so the library's rows are never built.
+straight through its column's converter, so the library's rows are never built; a DATETIME or DECIMAL
+is read as its normal text at once (:mod:`gtidsnap.source.binlog.normal_readers`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.row_event import UpdateRowsEvent
 
+from gtidsnap.source.binlog.normal_readers import normal_reader
 from gtidsnap.source.binlog.value_readers import ValueReader, set_or_empty, value_reader
 
 # One row image normalised: (row bytes, offset) -> (values, offset after it).
@@ -34,27 +36,33 @@ def normal_image_reader(
     once (``other`` for a name without one): what :meth:`TableSchema.normalize_row` makes of
     :func:`gtidsnap.source.binlog.values.row_values` of the library's row, without building that row first.
     None if any column is left to the library."""
-    readers: list[tuple[int, str, ValueReader, Converter]] = []
+    # (index, name, reader, converter, whether the reader gives the converted value itself)
+    readers: list[tuple[int, str, ValueReader, Converter, bool]] = []
     for i, column in enumerate(columns):
         if not column.name:
             return None
+        convert = converters.get(column.name, other)
+        normal = normal_reader(column, errors, convert)
+        if normal is not None:
+            readers.append((i, column.name, normal, convert, True))
+            continue
         if column.type == FIELD_TYPE.SET:
             reader: ValueReader | None = set_or_empty(column.size, column.set_values or ())
         else:
             reader = value_reader(column, errors)
         if reader is None:
             return None
-        readers.append((i, column.name, reader, converters.get(column.name, other)))
+        readers.append((i, column.name, reader, convert, False))
     null_bytes = (len(columns) + 7) // 8
 
     def read_with_nulls(data: bytes, pos: int, nulls: int) -> tuple[dict[str, Any], int]:
         values: dict[str, Any] = {}
-        for i, name, reader, convert in readers:
+        for i, name, reader, convert, converted in readers:
             if nulls >> i & 1:
                 values[name] = convert(None)
                 continue
             value, pos = reader(data, pos)
-            values[name] = convert(value)
+            values[name] = value if converted else convert(value)
         return values, pos
 
     # An image without NULLs, the common case, is read by a function written out for this shape
@@ -62,11 +70,13 @@ def normal_image_reader(
     # one call per value and one dict display, no loop (a third of this reader's time). Its text holds
     # only generated variable names; column names, readers and converters are bound as values.
     namespace: dict[str, Any] = {"from_bytes": int.from_bytes, "with_nulls": read_with_nulls}
-    for k, (_, name, reader, convert) in enumerate(readers):
+    for k, (_, name, reader, convert, _converted) in enumerate(readers):
         namespace |= {f"r{k}": reader, f"c{k}": convert, f"n{k}": name}
     count = len(readers)
     reads = "".join(f"    v{k}, pos = r{k}(data, pos)\n" for k in range(count))
-    display = ", ".join(f"n{k}: c{k}(v{k})" for k in range(count))
+    display = ", ".join(
+        f"n{k}: v{k}" if converted else f"n{k}: c{k}(v{k})" for k, (*_, converted) in enumerate(readers)
+    )
     source = (
         "def read(data, pos):\n"
         f"    nulls = from_bytes(data[pos : pos + {null_bytes}], 'little') & {(1 << count) - 1}\n"
@@ -124,19 +134,37 @@ _normal_readers: dict[
 ] = {}
 
 
+# The last reader found, by the identity of its columns list: a table map parsed once per table version
+# (:mod:`gtidsnap.source.binlog.table_maps`) hands every rows event of that version the same list, so
+# a run of events of one table finds its reader without computing the shape (once per event otherwise:
+# a per-transaction cost of small transactions). The entry holds the list, so its id is not reused.
+_last: tuple[Sequence[Any], str, Mapping[str, Converter], Converter, NormalImageReader | None] | None = None
+
+
 def _normal_reader_of(
     columns: Sequence[Any], errors: str, converters: Mapping[str, Converter], other: Converter
 ) -> NormalImageReader | None:
+    global _last
+    last = _last
+    if (
+        last is not None
+        and last[0] is columns
+        and last[1] == errors
+        and last[2] is converters
+        and last[3] is other
+    ):
+        return last[4]
     # Keyed by the converters' identity; the entry holds them, so the id is not reused meanwhile.
     key = (errors, id(converters), id(other), _shape(columns))
     try:
-        return _normal_readers[key][2]
+        reader = _normal_readers[key][2]
     except KeyError:
         if len(_normal_readers) >= _CACHE_LIMIT:
             _normal_readers.clear()
         reader = normal_image_reader(columns, errors, converters, other)
         _normal_readers[key] = (converters, other, reader)
-        return reader
+    _last = (columns, errors, converters, other, reader)
+    return reader
 
 
 def _readable(event: Any) -> bool:

@@ -89,10 +89,15 @@ def _text(size: int, charset: str | None, errors: str) -> ValueReader:
     return read
 
 
-def _decimal(precision: int, decimals: int) -> ValueReader:
+# A DECIMAL read as its parts: (row bytes, offset) -> (negative, unscaled integer, offset after it).
+DecimalPartsReader = Callable[[bytes, int], tuple[bool, int, int]]
+
+
+def decimal_parts(precision: int, decimals: int) -> DecimalPartsReader:
     """As the library's ``__read_new_decimal`` for every value a server writes: groups of up to nine
     decimal digits in big-endian integers, the sign in the top bit, every bit but it inverted for a
-    negative value; the ``Decimal`` has exactly ``decimals`` places (``-0.00`` stays negative)."""
+    negative value; read as the sign and the unscaled integer (the value is that over ``10**decimals``;
+    a negative zero keeps its sign)."""
     full_int, part_int = divmod(precision - decimals, _DECIMAL_DIGITS)
     full_frac, part_frac = divmod(decimals, _DECIMAL_DIGITS)
     groups = [(_DECIMAL_BYTES[part_int], part_int)] if part_int else []
@@ -107,9 +112,8 @@ def _decimal(precision: int, decimals: int) -> ValueReader:
     for nbytes, digits in reversed(groups):
         steps.append((8 * nbytes, (1 << (8 * nbytes)) - 1, weight))
         weight *= 10**digits
-    exponent = f"E-{decimals}"
 
-    def read(data: bytes, pos: int) -> tuple[Any, int]:
+    def read(data: bytes, pos: int) -> tuple[bool, int, int]:
         n = int.from_bytes(data[pos : pos + size], "big")
         negative = not n & sign_bit
         n ^= negative_mask if negative else sign_bit
@@ -117,7 +121,20 @@ def _decimal(precision: int, decimals: int) -> ValueReader:
         for bits, mask, weight in steps:
             unscaled += (n & mask) * weight
             n >>= bits
-        return Decimal(f"-{unscaled}{exponent}" if negative else f"{unscaled}{exponent}"), pos + size
+        return negative, unscaled, pos + size
+
+    return read
+
+
+def _decimal(precision: int, decimals: int) -> ValueReader:
+    """A DECIMAL (:func:`decimal_parts`) as a ``Decimal`` of exactly ``decimals`` places (``-0.00``
+    stays negative)."""
+    parts = decimal_parts(precision, decimals)
+    exponent = f"E-{decimals}"
+
+    def read(data: bytes, pos: int) -> tuple[Any, int]:
+        negative, unscaled, end = parts(data, pos)
+        return Decimal(f"-{unscaled}{exponent}" if negative else f"{unscaled}{exponent}"), end
 
     return read
 

@@ -41,9 +41,9 @@ from pymysqlreplication.util.bytes import decode_decimal, decode_variable_length
 from gtidsnap.core.column_values import date_text, datetime_text
 
 _TIME_INT_OFFSET = 0x800000  # TIME2 stores its 24-bit integer part biased by this
-_DATETIME_INT_OFFSET = 0x8000000000  # DATETIME2's 40-bit integer part
+DATETIME_INT_OFFSET = 0x8000000000  # DATETIME2's 40-bit integer part
 _FRACTION_BYTES = (0, 1, 1, 2, 2, 3, 3)  # bytes of the fraction by fsp (digits)
-_FRACTION_SCALE = (0, 10_000, 100, 1)  # microseconds per unit of a fraction of 0-3 bytes
+FRACTION_SCALE = (0, 10_000, 100, 1)  # microseconds per unit of a fraction of 0-3 bytes
 
 
 # --------------------------------------------------------------------------- pure decoders
@@ -77,7 +77,7 @@ def decode_time2(data: bytes, fsp: int) -> dt.timedelta:
     if int_part < 0 and fraction:
         int_part += 1
         fraction -= 1 << (8 * width)
-    return _packed_time((int_part << 24) + fraction * _FRACTION_SCALE[width])
+    return _packed_time((int_part << 24) + fraction * FRACTION_SCALE[width])
 
 
 def decode_time(data: bytes) -> dt.timedelta:
@@ -116,10 +116,10 @@ def decode_datetime2(data: bytes, fsp: int) -> dt.datetime | str:
     """DATETIME(fsp) in the 5.6 binary form: 5 bytes big-endian biased, then the fraction.
 
     The 40 bits: sign, 17 bits ``year * 13 + month``, 5 day, 5 hour, 6 minute, 6 second."""
-    packed = int.from_bytes(data[:5], "big") - _DATETIME_INT_OFFSET
+    packed = int.from_bytes(data[:5], "big") - DATETIME_INT_OFFSET
     year_month, day, hms = (packed >> 22) & 0x1FFFF, (packed >> 17) & 0x1F, packed & 0x1FFFF
     width = fraction_bytes(fsp)
-    micros = int.from_bytes(data[5 : 5 + width], "big") * _FRACTION_SCALE[width]
+    micros = int.from_bytes(data[5 : 5 + width], "big") * FRACTION_SCALE[width]
     return _datetime(year_month // 13, year_month % 13, day, hms >> 12, (hms >> 6) & 0x3F, hms & 0x3F, micros)
 
 

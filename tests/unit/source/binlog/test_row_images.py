@@ -16,6 +16,8 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from gtidsnap.core.column_values import plain_value, value_converter
+from gtidsnap.core.schema import Column as SchemaColumn
 from gtidsnap.source.binlog import row_images
 from gtidsnap.source.binlog.values import row_values
 
@@ -246,3 +248,30 @@ def test_unused_bits_of_the_present_bitmap_do_not_matter() -> None:
     decoded = row_images.decoded_here()
     assert row_images.normalized_images(event, {}, KEEP) == [{"a": 7, "b": None}]
     assert row_images.decoded_here() == decoded + 1
+
+
+def _standard_converter(column: Column) -> Any:
+    """The column's converter as a table's schema makes it, for the types read as their normal text."""
+    if column.type == FIELD_TYPE.DATETIME2:
+        return value_converter(SchemaColumn(column.name, "datetime", f"datetime({column.fsp})"))
+    if column.type == FIELD_TYPE.NEWDECIMAL:
+        return value_converter(
+            SchemaColumn(column.name, "decimal", f"decimal({column.precision},{column.decimals})")
+        )
+    return lambda v: v
+
+
+@settings(max_examples=400, deadline=None)
+@given(events())
+def test_datetimes_and_decimals_read_as_text_equal_the_converted_library_values(
+    case: tuple[bool, list[Column], bytes],
+) -> None:
+    update, columns, data = case
+    converters = {c.name: _standard_converter(c) for c in columns}
+    expected = _outcome(
+        lambda: _converted(_library_rows(_event(update, columns, data)), converters, plain_value)
+    )
+    ours = _outcome(
+        lambda: row_images.normalized_images(_event(update, columns, data), converters, plain_value)
+    )
+    assert ours == expected

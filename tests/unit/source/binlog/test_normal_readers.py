@@ -1,0 +1,87 @@
+"""The readers that write a DATETIME's or a DECIMAL's normal text straight from the bytes give exactly
+what the plain reader then the column's converter give: on valid images (every field in range, days
+29-31 of any month, zero dates) and on arbitrary bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pymysqlreplication.column import Column as LibraryColumn
+from pymysqlreplication.constants import FIELD_TYPE
+
+from gtidsnap.core.column_values import converter_kind, plain_value, value_converter
+from gtidsnap.core.schema import Column
+from gtidsnap.source.binlog.normal_readers import normal_reader
+from gtidsnap.source.binlog.value_readers import value_reader
+from tests.unit.source.binlog.test_row_images import _decimal_bytes
+
+
+def _library_column(kind: int, **facts: Any) -> LibraryColumn:
+    base = {"type": kind, "name": "c", "unsigned": False, "character_set_name": None}
+    return LibraryColumn(**{**base, "enum_values": None, "set_values": None, **facts})
+
+
+def _both(column: LibraryColumn, convert: Any, data: bytes) -> tuple[Any, Any]:
+    fused = normal_reader(column, "strict", convert)
+    plain = value_reader(column, "strict")
+    assert fused is not None and plain is not None
+    value, end = plain(data, 0)
+    return fused(data, 0), (convert(value), end)
+
+
+@st.composite
+def _datetime2(draw: st.DrawFn) -> tuple[int, bytes]:
+    """DATETIME2(fsp) images: fields in (and around) their ranges, or any bytes."""
+    fsp = draw(st.integers(0, 6))
+    width = (fsp + 1) // 2
+    if draw(st.booleans()):
+        return fsp, draw(st.binary(min_size=5 + width, max_size=5 + width))
+    year, month = draw(st.integers(0, 9999)), draw(st.integers(0, 13))
+    day, hour = draw(st.integers(0, 31)), draw(st.integers(0, 24))
+    minute, second = draw(st.integers(0, 60)), draw(st.integers(0, 60))
+    packed = ((year * 13 + month) << 22 | day << 17 | hour << 12 | minute << 6 | second) + 0x8000000000
+    fraction = draw(st.integers(0, 10 ** (2 * width) - 1)) if width else 0
+    return fsp, packed.to_bytes(5, "big") + fraction.to_bytes(width, "big")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_datetime2())
+def test_a_datetime_is_written_as_its_converter_writes_it(case: tuple[int, bytes]) -> None:
+    fsp, data = case
+    convert = value_converter(Column("c", "datetime", f"datetime({fsp})"))
+    fused, plain = _both(_library_column(FIELD_TYPE.DATETIME2, fsp=fsp), convert, data)
+    assert fused == plain
+
+
+@st.composite
+def _decimal(draw: st.DrawFn) -> tuple[int, int, bytes]:
+    precision = draw(st.integers(1, 65))
+    decimals = draw(st.integers(0, min(30, precision)))
+    data = draw(_decimal_bytes(precision, decimals))
+    if draw(st.booleans()):  # any bytes of that size: digit groups out of range too
+        data = draw(st.binary(min_size=len(data), max_size=len(data)))
+    return precision, decimals, data
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_decimal())
+def test_a_decimal_is_written_as_its_converter_writes_it(case: tuple[int, int, bytes]) -> None:
+    precision, decimals, data = case
+    convert = value_converter(Column("c", "decimal", f"decimal({precision},{decimals})"))
+    column = _library_column(FIELD_TYPE.NEWDECIMAL, precision=precision, decimals=decimals)
+    fused, plain = _both(column, convert, data)
+    assert fused == plain
+
+
+def test_only_the_standard_converters_of_those_types_are_fused() -> None:
+    datetime = _library_column(FIELD_TYPE.DATETIME2, fsp=0)
+    decimal = _library_column(FIELD_TYPE.NEWDECIMAL, precision=5, decimals=2)
+    assert converter_kind(value_converter(Column("c", "datetime", "datetime"))) == "datetime"
+    assert converter_kind(value_converter(Column("c", "int", "int"))) is None
+    assert normal_reader(datetime, "strict", lambda v: v) is None  # a converter of its own: plain
+    assert normal_reader(decimal, "strict", plain_value) is None
+    # a TIMESTAMP column's converter is not a DATETIME's, whatever the binlog type says
+    assert normal_reader(datetime, "strict", value_converter(Column("c", "timestamp", "timestamp"))) is None
+    assert normal_reader(datetime, "strict", value_converter(Column("c", "datetime", "datetime"))) is not None
