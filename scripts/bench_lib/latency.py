@@ -1,5 +1,7 @@
 """f. Freshness of the Delta output against the offered rate: commit-to-visible latency, p50 and p99,
 in the changelog and in the mirror, at 1,000 / 2,000 / 5,000 / 10,000 rows/s (``--latency-rates``).
+Before the Delta runs, the stream's own lag into JSON lines at the same rates (``stream_lag_jsonl``:
+:mod:`bench_lib.stream_lag`).
 
 Per offered rate, one ``gtidsnap run`` (streaming, Delta sink, every setting at its default: a commit
 every ``sink.batch_ms`` = 1 s appends each batch to the table's changelog; the mirror, created by the
@@ -58,7 +60,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench_lib import cli_run, delta_log, writer
+from bench_lib import cli_run, delta_log, stream_lag, writer
 from bench_lib.context import Context, spark, stop_spark
 from bench_lib.env import DATABASE
 from bench_lib.stats import percentile, quantiles
@@ -378,6 +380,13 @@ def _failed(rate: float, exc: BaseException, flavor: str) -> dict[str, Any]:
 def measure_f(ctx: Context, rates: Sequence[float] = RATES) -> dict[str, Any]:
     """Every rate's gtidsnap run first (no Spark of the bench beside them), then their Delta tables
     read in one SparkSession, stopped at the end."""
+    stream_lags: list[dict[str, Any]] = []  # into JSON lines first (bench_lib.stream_lag)
+    for rate in rates:
+        log.info("%s: f. the stream's lag into JSON lines at %g rows/s", ctx.flavor, rate)
+        try:
+            stream_lags.append(stream_lag.measure(ctx, rate))
+        except Exception as exc:  # one failed rate must not waste the others
+            stream_lags.append(_failed(rate, exc, ctx.flavor))
     runs: list[_Run | dict[str, Any]] = []
     for rate in rates:
         log.info("%s: f. at %g rows/s", ctx.flavor, rate)
@@ -435,4 +444,5 @@ def measure_f(ctx: Context, rates: Sequence[float] = RATES) -> dict[str, Any]:
     if at_rate is not None:
         out.update(_single_rate(at_rate))
     out["rates"] = per_rate
+    out["stream_lag_jsonl"] = stream_lags
     return out
