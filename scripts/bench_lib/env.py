@@ -80,19 +80,20 @@ class Pair:
         with self.reader() as conn:
             return self.executed(conn)
 
-    def wait_replicated(self, timeout: float = 900.0) -> GtidSet:
-        """Block until the replica has executed everything the primary has; return the replica's set."""
+    def wait_replicated(self, timeout: float = 900.0, port: int | None = None) -> GtidSet:
+        """Block until the replica (``port``: another one, e.g. :attr:`replica2_port`) has executed
+        everything the primary has; return that replica's set."""
         with self.primary() as primary:
             target = self.executed(primary)
         deadline = time.monotonic() + timeout
-        with self.reader() as replica:
+        with _connect(port or self.replica_port, READER) as replica:
             while True:
                 now = self.executed(replica)
                 if target <= now:
                     return now
                 if time.monotonic() > deadline:
                     raise SystemExit(
-                        f"{self.flavor} replica {self.replica_address} did not reach {target} "
+                        f"{self.flavor} replica {HOST}:{port or self.replica_port} did not reach {target} "
                         f"in {timeout:.0f}s"
                     )
                 time.sleep(0.05)

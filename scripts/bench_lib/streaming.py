@@ -71,6 +71,9 @@ def generate_changes(ctx: Context, changes: int) -> dict[str, Any]:
     written = time.monotonic() - started
     end = ctx.pair.wait_replicated()
     replicated = time.monotonic() - started
+    # The second replica applies the same changes: measured while it does, a run shares the 2 cores
+    # with its applier (10-row transactions keep it busy well after the first replica is done).
+    ctx.pair.wait_replicated(port=ctx.pair.replica2_port)
     log.info(
         "%s: %d row changes written in %.1f s, replicated in %.1f s", ctx.flavor, changes, written, replicated
     )
