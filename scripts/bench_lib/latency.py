@@ -102,15 +102,6 @@ class _Run:
     result: cli_run.CliResult
 
 
-def _source_commits(path: Path) -> dict[int, float]:
-    commits: dict[int, float] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        first, count, at = line.split()
-        for i in range(int(first), int(first) + int(count)):
-            commits[i] = float(at)
-    return commits
-
-
 def _wait_caught_up(
     ctx: Context, checkpoint: Path, changelog: str, run: cli_run.CliRun, timeout: float
 ) -> float | None:
@@ -220,7 +211,7 @@ def _run(ctx: Context, rate: float) -> _Run:
         changelog=changelog,
         mirror=mirror,
         written=written,
-        source=_source_commits(commits_log),
+        source=writer.commit_times(commits_log),
         warm_up_s=warm_up_s,
         catch_up_s=catch_up,
         mirror_wait_s=mirror_wait,

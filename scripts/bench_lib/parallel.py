@@ -143,11 +143,7 @@ def _under_writer(ctx: Context) -> dict[str, Any]:
     finally:
         written = w.stop()
         tail.stop()
-    commits: dict[int, float] = {}
-    for line in commits_log.read_text(encoding="utf-8").splitlines():
-        first, count, at = line.split()
-        for i in range(int(first), int(first) + int(count)):
-            commits[i] = float(at)
+    commits = writer.commit_times(commits_log)
     lags = [tail.seen[i] - at for i, at in commits.items() if i in tail.seen]
     facts.update(
         writer=written,

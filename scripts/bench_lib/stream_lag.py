@@ -89,15 +89,6 @@ def _wait_seen(tail: Tail, ids: range, run: cli_run.CliRun, timeout: float) -> b
     return False
 
 
-def _commits(path: Any) -> dict[int, float]:
-    commits: dict[int, float] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        first, count, at = line.split()
-        for i in range(int(first), int(first) + int(count)):
-            commits[i] = float(at)
-    return commits
-
-
 def measure(ctx: Context, rate: float) -> dict[str, Any]:
     """The lag of every row the writer inserts at ``rate`` rows/s, into JSON lines."""
     recreate_empty(ctx.pair, TABLE)
@@ -129,7 +120,7 @@ def measure(ctx: Context, rate: float) -> dict[str, Any]:
             start_id=first_id,
         )
         written = w.wait(timeout=ctx.latency_s + 600)
-        source = _commits(commits_log)
+        source = writer.commit_times(commits_log)
         caught_up = _wait_seen(tail, range(first_id, first_id + len(source)), run, ctx.timeout)
         stopped_at = time.time()
     finally:

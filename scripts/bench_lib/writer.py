@@ -185,3 +185,13 @@ def start(
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     raise SystemExit(main())
+
+
+def commit_times(path: Path) -> dict[int, float]:
+    """id -> its source commit time (s since the epoch), from an ``insert`` writer's ``--log``."""
+    commits: dict[int, float] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        first, count, at = line.split()
+        for i in range(int(first), int(first) + int(count)):
+            commits[i] = float(at)
+    return commits
