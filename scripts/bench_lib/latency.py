@@ -63,7 +63,7 @@ import pyarrow.parquet as pq
 from bench_lib import cli_run, delta_log, stream_lag, writer
 from bench_lib.context import Context, spark, stop_spark
 from bench_lib.env import DATABASE
-from bench_lib.stats import percentile, quantiles
+from bench_lib.stats import backlog_growth, latencies, percentile, quantiles
 from bench_lib.tables import recreate_empty
 from gtidsnap.core.model import TableId
 from gtidsnap.engine.checkpoint_store import CheckpointStore
@@ -294,14 +294,6 @@ def _figures(source: dict[int, float], visible: dict[int, float], stopped_at: fl
     }
 
 
-def _backlog_growth(source: dict[int, float], visible: dict[int, float], stopped_at: float) -> float:
-    """Median latency of the writer's last quarter of rows minus that of its first quarter."""
-    ordered = sorted(source.items(), key=lambda item: item[1])
-    lat = [min(visible.get(i, stopped_at), stopped_at) - at for i, at in ordered]
-    quarter = max(1, len(lat) // 4)
-    return percentile(lat[-quarter:], 50) - percentile(lat[:quarter], 50)
-
-
 def _measure(run: _Run) -> dict[str, Any]:
     """One rate's figures from its Delta tables (read with the bench's SparkSession)."""
     if not run.source:
@@ -323,7 +315,7 @@ def _measure(run: _Run) -> dict[str, Any]:
         (int(m.group(2)), float(m.group(3)))
         for m in _BATCH_LINE.finditer(run.result.log.read_text(encoding="utf-8"))
     ]
-    growth = _backlog_growth(run.source, changelog_seen, run.stopped_at)
+    growth = backlog_growth(latencies(run.source, changelog_seen, run.stopped_at))
     return {
         "offered_rows_per_s": run.rate,
         "rows_per_transaction": run.rows_per_transaction,

@@ -44,3 +44,17 @@ def ratio(a: float, b: float) -> float:
 
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
+
+
+def latencies(source: dict[int, float], visible: dict[int, float], stopped_at: float) -> list[float]:
+    """Each row's latency, in the order of its source commit: when it became visible minus when it was
+    committed (a row not visible by ``stopped_at`` counts until then)."""
+    ordered = sorted(source.items(), key=lambda item: item[1])
+    return [min(visible.get(i, stopped_at), stopped_at) - at for i, at in ordered]
+
+
+def backlog_growth(ordered: Sequence[float]) -> float:
+    """Median latency of the writer's last quarter of rows minus that of its first quarter
+    (``ordered``: by source commit, as :func:`latencies` gives them)."""
+    quarter = max(1, len(ordered) // 4)
+    return percentile(ordered[-quarter:], 50) - percentile(ordered[:quarter], 50)

@@ -30,7 +30,7 @@ from bench_lib import cli_run, writer
 from bench_lib.context import Context
 from bench_lib.env import DATABASE
 from bench_lib.parallel import Tail
-from bench_lib.stats import percentile
+from bench_lib.stats import backlog_growth, latencies, percentile
 from bench_lib.tables import recreate_empty
 
 log = logging.getLogger("bench.stream_lag")
@@ -81,7 +81,8 @@ class ReplicaTail(threading.Thread):
 def _wait_seen(tail: Tail, ids: range, run: cli_run.CliRun, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(i in tail.seen for i in ids):
+        # the last id first: the whole range is looked through once, not every 50 ms of a catch-up
+        if not ids or (ids[-1] in tail.seen and all(i in tail.seen for i in ids)):
             return True
         if not run.alive():
             raise RuntimeError(f"gtidsnap stopped while streaming; see {run.log}")
@@ -132,12 +133,10 @@ def measure(ctx: Context, rate: float) -> dict[str, Any]:
     if not source:
         raise RuntimeError("the writer committed no transaction")
     seen = tail.seen
-    by_commit = sorted(source.items(), key=lambda item: item[1])
-    lags = [min(seen.get(i, stopped_at), stopped_at) - at for i, at in by_commit]
-    applied = replica.when([i for i, _ in by_commit])
-    replica_lags = [applied[i] - at for i, at in by_commit if i in applied]
-    quarter = max(1, len(lags) // 4)
-    growth = percentile(lags[-quarter:], 50) - percentile(lags[:quarter], 50)
+    lags = latencies(source, seen, stopped_at)
+    applied = replica.when(sorted(source))
+    replica_lags = [applied[i] - at for i, at in source.items() if i in applied]
+    growth = backlog_growth(lags)
     visible = [seen[i] for i in source if i in seen]
     figures = {
         "offered_rows_per_s": rate,
