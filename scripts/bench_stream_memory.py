@@ -29,9 +29,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 log = logging.getLogger("bench.memory")
 
 
-def run_once(ctx: Context, work: Path, envs: dict[str, str], name: str, changes: int) -> dict[str, Any]:
+def run_once(ctx: Context, work: Path, settings: dict[str, str], name: str, changes: int) -> dict[str, Any]:
+    """One ``run --until-caught-up`` over ``changes`` row changes; its facts (it must emit them all)."""
     result = cli_run.run(
-        ["run", "--until-caught-up"], envs, ctx.log_path(name), ctx.timeout, work / "checkpoint.json"
+        ["run", "--until-caught-up"], settings, ctx.log_path(name), ctx.timeout, work / "checkpoint.json"
     )
     facts = result.facts()
     if result.timed_out or facts.get("records") != changes:
@@ -89,6 +90,13 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def flavors(text: str) -> list[str]:
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    if not chosen or any(f not in env.FLAVORS for f in chosen):
+        raise argparse.ArgumentTypeError(f"flavours: {text!r}; choose from {', '.join(env.FLAVORS)}")
+    return list(dict.fromkeys(chosen))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", required=True)
@@ -96,12 +104,12 @@ def main() -> int:
     parser.add_argument(
         "--tx-rows", type=int, default=1_000, help="rows per transaction (a divisor of 10,000)"
     )
-    parser.add_argument("--flavors", default="mariadb,mysql")
+    parser.add_argument("--flavors", default="mariadb,mysql", type=flavors, help="comma-separated")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a gtidsnap run may take")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     results: dict[str, Any] = {"label": args.label, "rows": args.rows, "tx_rows": args.tx_rows, "results": {}}
-    for flavor in args.flavors.split(","):
+    for flavor in args.flavors:
         ctx = Context(
             env.Pair.of(flavor), args.rows, 0, 0, 0.0, args.label, args.timeout, tx_rows=args.tx_rows
         )

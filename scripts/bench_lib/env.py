@@ -65,11 +65,9 @@ class Pair:
 
     def executed(self, conn: pymysql.connections.Connection[Any]) -> GtidSet:
         """The executed GTID set, read as gtidsnap reads its watermarks."""
+        if self.flavor == "mariadb":
+            return _mariadb_position(conn, "gtid_binlog_pos")
         with conn.cursor() as cur:
-            if self.flavor == "mariadb":
-                cur.execute("SELECT @@global.gtid_binlog_pos")
-                row = cur.fetchone()
-                return parse_gtid_set("mariadb", str(row[0] if row and row[0] is not None else ""))
             cur.execute("SHOW MASTER STATUS")
             names = [d[0] for d in cur.description or ()]
             row = cur.fetchone()
@@ -84,12 +82,9 @@ class Pair:
         """What a replica has applied: MariaDB's ``gtid_current_pos`` (a replica whose binlog never
         logged a domain, as the tests' provisioned-from-a-backup replica2, still applied it), MySQL's
         executed set."""
-        if self.flavor != "mariadb":
-            return self.executed(conn)
-        with conn.cursor() as cur:
-            cur.execute("SELECT @@global.gtid_current_pos")
-            row = cur.fetchone()
-        return parse_gtid_set("mariadb", str(row[0] if row and row[0] is not None else ""))
+        return (
+            _mariadb_position(conn, "gtid_current_pos") if self.flavor == "mariadb" else self.executed(conn)
+        )
 
     def wait_replicated(self, timeout: float = 900.0, port: int | None = None) -> GtidSet:
         """Block until the replica (``port``: another one, e.g. :attr:`replica2_port`) has executed
@@ -113,6 +108,14 @@ class Pair:
             cur.execute("SELECT VERSION()")
             row = cur.fetchone()
         return str(row[0]) if row else "?"
+
+
+def _mariadb_position(conn: pymysql.connections.Connection[Any], variable: str) -> GtidSet:
+    """MariaDB's GTID position ``variable`` (``gtid_binlog_pos``, ``gtid_current_pos``) as a set."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT @@global.{variable}")
+        row = cur.fetchone()
+    return parse_gtid_set("mariadb", str(row[0] if row and row[0] is not None else ""))
 
 
 def _connect(port: int, account: tuple[str, str], **kwargs: Any) -> pymysql.connections.Connection[Any]:
