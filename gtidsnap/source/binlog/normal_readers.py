@@ -7,12 +7,13 @@ fields and writing the text directly skips both objects: about a third of those 
 
 Exactly the same values: a fused reader is used only where the column's converter is the standard one
 of its type (:func:`gtidsnap.core.column_values.value_converter` tags it), and any value off the
-common path (a zero or invalid date, a day past the 28th, whose validity depends on the month) goes
-the plain way, reader then converter. The unit tests compare both paths over every byte pattern
+common path (a zero or invalid date: a month's day checked against that month's length, leap years
+included) goes the plain way, reader then converter. The unit tests compare both paths over every byte pattern
 class."""
 
 from __future__ import annotations
 
+from calendar import isleap
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,16 @@ from pymysqlreplication.constants import FIELD_TYPE
 from gtidsnap.core.column_values import converter_kind
 from gtidsnap.source.binlog.value_readers import ValueReader, decimal_parts, value_reader
 from gtidsnap.source.binlog.values import DATETIME_INT_OFFSET, FRACTION_SCALE, fraction_bytes
+
+# Days of each month (index 1-12); February's 29th is checked against the year.
+_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def valid_day(year: int, month: int, day: int) -> bool:
+    """Whether ``year-month-day`` is a date ``datetime`` accepts (year 1-9999)."""
+    if not (1 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= _MONTH_DAYS[month]):
+        return False
+    return day < 29 or month != 2 or isleap(year)
 
 
 def normal_reader(column: Any, errors: str, convert: Callable[[Any], Any]) -> ValueReader | None:
@@ -44,7 +55,7 @@ def _datetime2_text(fsp: int, plain: ValueReader, convert: Callable[[Any], Any])
         year, month = divmod((packed >> 22) & 0x1FFFF, 13)
         day, hms = (packed >> 17) & 0x1F, packed & 0x1FFFF
         hour, minute, second = hms >> 12, (hms >> 6) & 0x3F, hms & 0x3F
-        if year and 1 <= month <= 12 and 1 <= day <= 28 and hour < 24 and minute < 60 and second < 60:
+        if hour < 24 and minute < 60 and second < 60 and valid_day(year, month, day):
             text = f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
             micros = int.from_bytes(data[pos + 5 : pos + size], "big") * scale if width else 0
             return (f"{text}.{micros:06d}" if micros else text), pos + size

@@ -13,7 +13,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from gtidsnap.core.column_values import converter_kind, plain_value, value_converter
 from gtidsnap.core.schema import Column
-from gtidsnap.source.binlog.normal_readers import normal_reader
+from gtidsnap.source.binlog.normal_readers import normal_reader, valid_day
 from gtidsnap.source.binlog.value_readers import value_reader
 from tests.unit.source.binlog.test_row_images import _decimal_bytes
 
@@ -85,3 +85,24 @@ def test_only_the_standard_converters_of_those_types_are_fused() -> None:
     # a TIMESTAMP column's converter is not a DATETIME's, whatever the binlog type says
     assert normal_reader(datetime, "strict", value_converter(Column("c", "timestamp", "timestamp"))) is None
     assert normal_reader(datetime, "strict", value_converter(Column("c", "datetime", "datetime"))) is not None
+
+
+def test_every_valid_day_is_read_straight_from_the_bytes() -> None:
+    """Days 29-31 are valid or not by the month (and February's 29th by the year); the fused reader
+    writes the valid ones itself, as the converter would, and leaves the others to the plain path."""
+    assert valid_day(2024, 2, 29) and not valid_day(2023, 2, 29) and not valid_day(1900, 2, 29)
+    assert valid_day(2000, 2, 29) and valid_day(2026, 11, 30) and not valid_day(2026, 11, 31)
+    assert valid_day(2026, 12, 31) and not valid_day(2026, 4, 31) and not valid_day(0, 1, 1)
+    assert not valid_day(10000, 1, 1) and not valid_day(2026, 13, 1) and not valid_day(2026, 1, 0)
+    convert = value_converter(Column("c", "datetime", "datetime(0)"))
+    column = _library_column(FIELD_TYPE.DATETIME2, fsp=0)
+    for (year, month, day), text in [
+        ((2026, 11, 29), "2026-11-29 23:59:58"),
+        ((2024, 2, 29), "2024-02-29 23:59:58"),
+        ((2023, 2, 29), None),  # not a date: whatever the plain path makes of it
+    ]:
+        packed = ((year * 13 + month) << 22 | day << 17 | 23 << 12 | 59 << 6 | 58) + 0x8000000000
+        fused, plain = _both(column, convert, packed.to_bytes(5, "big"))
+        assert fused == plain
+        if text is not None:
+            assert fused == (text, 5)

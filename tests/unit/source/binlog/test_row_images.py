@@ -53,7 +53,10 @@ def _length_coded(size: int, body: bytes) -> bytes:
     return len(body).to_bytes(size, "little") + body
 
 
-_CHARSETS = st.sampled_from([None, "utf8mb4", "latin1", "binary"])
+# single-byte charsets (decoded through their table), multi-byte and non-ASCII-compatible ones
+_CHARSETS = st.sampled_from(
+    [None, "utf8mb4", "latin1", "binary", "latin2", "cp1250", "koi8r", "sjis", "utf16"]
+)
 _TEXT = st.text(max_size=20).map(lambda s: s.encode("utf-8"))
 _ANY_BYTES = st.binary(max_size=20)
 
