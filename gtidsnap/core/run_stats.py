@@ -100,8 +100,10 @@ class RunStats:
         self.changes[table.schema, table.name, change.op] += 1
         self.source_ts = change.source_ts
 
-    def saw_rows(self, table: TableId, rows: int) -> None:
-        """A chunk's rows emitted."""
+    def saw_chunk(self, table: TableId, rows: int) -> None:
+        """A chunk emitted, with its ``rows`` rows."""
+        self.chunks += 1
+        self.snapshot_rows += rows
         self.changes[table.schema, table.name, "r"] += rows
 
     def window_waiting_s(self, now: float | None = None) -> float:

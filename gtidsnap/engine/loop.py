@@ -119,7 +119,8 @@ class Engine:
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
-        checkpoint, self.excused = resumable(self.store, self.replica, self._flavor())  # errant elsewhere
+        self._flavor = str(getattr(self.replica.flavor, "value", self.replica.flavor))
+        checkpoint, self.excused = resumable(self.store, self.replica, self._flavor)  # errant elsewhere
         if isinstance(self.sink, CheckpointedSink):
             self.sink.report_checkpoints()
         if checkpoint is None:
@@ -182,7 +183,7 @@ class Engine:
                 if not self._in_tx and self._commits.due(self.settings, self._snapshotting()):
                     self._commit()  # also between chunks: a snapshot of an idle source never reads the stream
                 if not self._in_tx:
-                    self._emit(chunks.collect())  # finished reads go out between transactions
+                    self._write(self._emitted(chunks.collect()))  # finished reads go out between transactions
                 facts = self._facts(until_caught_up)
                 step = next_step(facts)
                 if not self._in_tx:  # a pump thread only while readers have work
@@ -204,8 +205,7 @@ class Engine:
                 # readers at work: look again soon; otherwise wait as long as commands allow
                 event = pump.next(0.002 if chunks.busy else 0.1)
                 if event is not None:
-                    self._on_event(event)
-                    self._rest_of_transaction(lambda: pump.next(0.1))
+                    self._transaction(event, lambda: pump.next(0.1))
                 if not self._in_tx and self._commits.due(self.settings, self._snapshotting()):
                     self._commit()
             if not self._in_tx:
@@ -221,16 +221,17 @@ class Engine:
             self.sink.close()
         return self.stats
 
-    def _rest_of_transaction(self, read: Callable[[], BinlogEvent | None]) -> None:
-        """The transaction being read, up to ``TX_BURST`` events, without the loop's turn per event (chunks,
-        commits, finished reads wait for its end; commands, a failed commit for the burst's)."""
+    def _transaction(self, event: BinlogEvent, read: Callable[[], BinlogEvent | None]) -> None:
+        """``event`` and the rest of its transaction, up to ``TX_BURST`` events, without the loop's turn per
+        event (chunks, commits, finished reads wait for its end; commands, a failed commit for the burst's),
+        their records in one write (a write a record: ~5% of a stream's CPU; a failure writes none)."""
+        records: list[Emitted] = []
+        self._on_event(event, records)
         for _ in range(TX_BURST):
-            if not self._in_tx:
-                return
-            event = read()
-            if event is None:
-                return
-            self._on_event(event)
+            if not self._in_tx or (more := read()) is None:
+                break
+            self._on_event(more, records)
+        self._write(records)
 
     def _snapshotting(self) -> bool:  # chunks out, or tables waiting and not paused
         busy = self._chunks is not None and self._chunks.busy
@@ -263,7 +264,7 @@ class Engine:
                 self.context = self.context.enqueue([table], condition)
         elif isinstance(command, StopSnapshot):
             if self._chunks is not None:  # rows already streamed stay; the chunks in flight are dropped
-                self._emit(self._chunks.stop(command.tables))
+                self._write(self._emitted(self._chunks.stop(command.tables)))
             self.context = self.context.stop(command.tables)
         elif isinstance(command, PauseSnapshots | ResumeSnapshots):
             self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
@@ -336,10 +337,10 @@ class Engine:
         return self.context.update(progress.finished())
 
     # ------------------------------------------------------------------ events and outputs
-    def _on_event(self, event: BinlogEvent) -> None:
+    def _on_event(self, event: BinlogEvent, records: list[Emitted]) -> None:
         assert self._chunks is not None
         self.stats.events += 1
-        self._emit(self._chunks.feed(event))
+        self._emitted(self._chunks.feed(event), records)
         if isinstance(event, TxBegin):
             self._in_tx = True
         elif isinstance(event, TxCommit):
@@ -352,8 +353,9 @@ class Engine:
                 self.schemas.forget(table)  # read again, with the new shape, when next needed
             self._unfresh(event.tables)
 
-    def _emit(self, outputs: Iterable[Output]) -> None:
-        records: list[Emitted] = []
+    def _emitted(self, outputs: Iterable[Output], records: list[Emitted] | None = None) -> list[Emitted]:
+        """The records of ``outputs``, added to ``records`` (the caller writes them)."""
+        records = [] if records is None else records
         for out in outputs:
             if isinstance(out, RowChange) and out.table in self.captured:
                 records.append(self._record_of_change(out))
@@ -363,6 +365,9 @@ class Engine:
                 log.info("chunks of %s dropped, reading them again: %s", out.table, out.reason)
             elif isinstance(out, ChunksFailed):
                 self.context = self._finish(self._progress_of(out.table), out.error)
+        return records
+
+    def _write(self, records: list[Emitted]) -> None:
         if records:
             self.sink.write(records)
             self.stats.records += self._commits.count(records)
@@ -389,21 +394,16 @@ class Engine:
         if rows:
             self.context = self.context.emitted(table)
         self.context = self._finish(progress) if chunk.last else self.context.update(progress)
-        self.stats.chunks += 1
-        self.stats.snapshot_rows += len(rows)
-        self.stats.saw_rows(table, len(rows))
+        self.stats.saw_chunk(table, len(rows))
         self._report()
         return records
 
     def _commit(self) -> None:
         """Output and checkpoint advance together (:class:`gtidsnap.engine.committer.Commits`)."""
         self.signals.checkpointing(self.context, self.delivered())  # notifications out, progress in
-        state = Checkpoint(self._flavor(), self.processed, self.seq, None, self.context, self.signals.copy())
+        state = Checkpoint(self._flavor, self.processed, self.seq, None, self.context, self.signals.copy())
         self._commits.commit(state)
         self._report()
-
-    def _flavor(self) -> str:
-        return str(getattr(self.replica.flavor, "value", self.replica.flavor))
 
     def _report(self) -> None:
         if self.on_progress is not None:
