@@ -1,0 +1,210 @@
+"""The stream's engine CPU per change, this checkout against another commit, on the same changes.
+
+Why: part b measures gtidsnap beside Debezium once per run; a change to the stream's hot path is
+judged better by the CPU the engine spends on the very same binlog changes, before and after, taken
+in turns so the machine's drift (this one's varies by 10-20% within an hour) falls on both alike.
+
+Per flavour and transaction size: one JSON-lines output is primed at the replica's set, N changes go
+into the binlog (part b's UPDATEs of ``bench.churn``), and the primed output (checkpoint and file) is
+kept. Then, ``--repeats`` times, each checkout streams those N changes from a copy of it with ``gtidsnap
+run --until-caught-up`` (the other commit's package from a ``git worktree``, put first on
+``PYTHONPATH``), alternating which goes first, and once more with nothing left to stream (its start-up
+and shutdown alone). Reported: the engine process's CPU seconds (user + system) per change with that
+fixed cost taken off, the rows/s over the run's work, and whether both checkouts wrote the same bytes.
+Results: ``scripts/results/stream-ab-<label>.json`` and ``.md``.
+
+Run on a quiet machine: ``.venv/bin/python scripts/bench_stream_ab.py --base e851b76 --label s33``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench_lib import cli_run, env  # scripts/ is on sys.path: this file runs from there
+from bench_lib.context import Context
+from bench_lib.env import DATABASE, REPO, STATE_DIR
+from bench_lib.stats import mean, ratio
+from bench_lib.streaming import CHURN_TABLE, generate_changes
+
+RESULTS = Path(__file__).resolve().parent / "results"
+log = logging.getLogger("bench.ab")
+
+
+def worktree(ref: str) -> Path:
+    """``ref`` checked out beside the repository (replaced if there), for its package only."""
+    path = STATE_DIR / "bench" / "ab-base"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), ref], check=True)
+    return path
+
+
+def drop_worktree(path: Path) -> None:
+    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=True)
+
+
+def stream_once(
+    ctx: Context, primed: Path, work: Path, settings: dict[str, str], name: str
+) -> dict[str, Any]:
+    """The primed output streamed to the end in a copy at ``work``; its facts, then an idle rerun's."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(primed, work)
+    facts = run_cli(ctx, work, settings, name)
+    if facts.get("records") != ctx.rows:
+        raise SystemExit(f"{ctx.flavor}: {name} emitted {facts.get('records')} records, not {ctx.rows}")
+    idle = run_cli(ctx, work, settings, f"{name}-idle")
+    engine, fixed = facts["cpu_s"]["engine"], idle["cpu_s"]["engine"]
+    return {
+        "engine_cpu_s": engine,
+        "idle_engine_cpu_s": fixed,
+        "us_per_change": round((engine - fixed) / ctx.rows * 1e6, 2),
+        "rows_per_s": round(ctx.rows / facts["work_s"], 1),
+        "work_s": facts["work_s"],
+    }
+
+
+def run_cli(ctx: Context, work: Path, settings: dict[str, str], name: str) -> dict[str, Any]:
+    result = cli_run.run(
+        ["run", "--until-caught-up"], settings, ctx.log_path(name), ctx.timeout, work / "checkpoint.json"
+    )
+    if result.timed_out:
+        raise SystemExit(f"{ctx.flavor}: {name} did not finish within {ctx.timeout:.0f} s")
+    return result.facts()
+
+
+def measure(ctx: Context, checkouts: dict[str, Path], repeats: int) -> dict[str, Any]:
+    table = f"{DATABASE}.{CHURN_TABLE}"
+    primed = ctx.work(f"ab-{ctx.tx_rows}-primed")
+    settings = cli_run.cli_env(ctx.pair, primed, "jsonl", [table])
+    cli_run.run(["run", "--until-caught-up"], settings, ctx.log_path(f"ab-{ctx.tx_rows}-prime"), ctx.timeout)
+    generated = generate_changes(ctx, ctx.rows)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
+    outputs: dict[str, Path] = {}
+    for turn in range(repeats):
+        order = list(checkouts) if turn % 2 == 0 else list(reversed(checkouts))
+        for name in order:
+            work = primed.parent / f"{primed.name}-{name}"
+            settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
+            settings["PYTHONPATH"] = str(checkouts[name])
+            run = stream_once(ctx, primed, work, settings, f"ab-{ctx.tx_rows}-{name}-{turn}")
+            log.info("%s, %d-row tx, %s: %s", ctx.flavor, ctx.tx_rows, name, run)
+            runs[name].append(run)
+            outputs[name] = work / "changes.jsonl"
+    same = filecmp.cmp(*outputs.values(), shallow=False) if len(outputs) == 2 else None
+    cost = {name: mean([r["us_per_change"] for r in got]) for name, got in runs.items()}
+    rate = {name: mean([r["rows_per_s"] for r in got]) for name, got in runs.items()}
+    return {
+        "changes": ctx.rows,
+        "rows_per_transaction": ctx.tx_rows,
+        "write_s": generated["write_s"],
+        "runs": runs,
+        "us_per_change": {name: round(value, 2) for name, value in cost.items()},
+        "rows_per_s": {name: round(value, 1) for name, value in rate.items()},
+        "cpu_ratio_new_to_base": ratio(cost["new"], cost["base"]) if "base" in cost else None,
+        "same_output": same,
+    }
+
+
+def markdown(results: dict[str, Any]) -> str:
+    against = f"against {results['base']} (base)" if results["base"] else "alone (no base)"
+    lines = [
+        f"# Engine CPU per change streaming into JSON lines: this checkout (new) {against},"
+        f" {results['rows']:,} changes, {results['repeats']} runs each, in turns",
+        "",
+        "| flavour | rows/tx | base µs/change | new µs/change | new/base | base rows/s | new rows/s"
+        " | same bytes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    rates: dict[str, dict[int, float]] = {}
+    for key, got in results["results"].items():
+        flavor = key.split("-")[0]
+        cost, rate, same = got["us_per_change"], got["rows_per_s"], got["same_output"]
+        rates.setdefault(flavor, {})[got["rows_per_transaction"]] = rate["new"]
+        lines.append(
+            f"| {flavor} | {got['rows_per_transaction']:,} | {cost.get('base', '-')} | {cost['new']}"
+            f" | {got['cpu_ratio_new_to_base'] or '-'} | {_rate(rate.get('base'))} | {_rate(rate['new'])}"
+            f" | {'-' if same is None else 'yes' if same else '**no**'} |"
+        )
+    for flavor, by_size in rates.items():
+        if len(by_size) > 1:  # the streaming issue's "small transactions as cheap as large ones"
+            small, large = min(by_size), max(by_size)
+            lines.append(
+                f"\n{flavor}: new, {small}-row over {large}-row transactions' rate:"
+                f" {ratio(by_size[small], by_size[large])}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def listed(allowed: tuple[str, ...] | None, kind: type) -> Any:
+    def parse(text: str) -> list[Any]:
+        try:
+            chosen = [kind(t.strip()) for t in text.split(",") if t.strip()]
+        except ValueError:
+            chosen = []
+        if not chosen or (allowed is not None and any(c not in allowed for c in chosen)):
+            choices = f"; choose from {', '.join(allowed)}" if allowed else ""
+            raise argparse.ArgumentTypeError(f"{text!r}{choices}")
+        return list(dict.fromkeys(chosen))
+
+    return parse
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", required=True)
+    parser.add_argument(
+        "--base", help="the commit to compare with (any git revision; none: this checkout only)"
+    )
+    parser.add_argument("--rows", type=int, default=200_000, help="row changes streamed by each run")
+    parser.add_argument(
+        "--tx-rows", default=[1_000, 10], type=listed(None, int), help="rows per transaction, comma-separated"
+    )
+    parser.add_argument("--flavors", default=list(env.FLAVORS), type=listed(env.FLAVORS, str))
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each checkout, in turns")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a gtidsnap run may take")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    base = worktree(args.base) if args.base else None
+    checkouts = {"base": base, "new": REPO} if base is not None else {"new": REPO}
+    results: dict[str, Any] = {
+        "label": args.label,
+        "base": args.base,
+        "new": env.git_commit(),
+        "rows": args.rows,
+        "repeats": args.repeats,
+        "results": {},
+    }
+    try:
+        for flavor in args.flavors:
+            for tx_rows in args.tx_rows:
+                ctx = Context(
+                    env.Pair.of(flavor), args.rows, 0, 0, 0.0, args.label, args.timeout, tx_rows=tx_rows
+                )
+                got = measure(ctx, checkouts, args.repeats)
+                results["results"][f"{flavor}-{tx_rows}"] = got
+    finally:
+        if base is not None:
+            drop_worktree(base)
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"stream-ab-{args.label}"
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    text = markdown(results)
+    stem.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
