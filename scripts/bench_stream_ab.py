@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import logging
 import shutil
 import subprocess
@@ -28,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench_lib import cli_run, env  # scripts/ is on sys.path: this file runs from there
+from bench_lib import cli_run, env, report  # scripts/ is on sys.path: this file runs from there
 from bench_lib.context import Context
 from bench_lib.env import DATABASE, REPO, STATE_DIR
 from bench_lib.stats import mean, ratio
@@ -197,12 +196,7 @@ def main() -> int:
     finally:
         if base is not None:
             drop_worktree(base)
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"stream-ab-{args.label}"
-    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    text = markdown(results)
-    stem.with_suffix(".md").write_text(text, encoding="utf-8")
-    print(text)
+    report.write_side("stream-ab", results, markdown(results), RESULTS)
     return 0
 
 

@@ -13,13 +13,12 @@ Run on a quiet machine: ``.venv/bin/python scripts/bench_stream_memory.py --labe
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from bench_lib import cli_run, env  # scripts/ is on sys.path: this file runs from there
+from bench_lib import cli_run, env, report  # scripts/ is on sys.path: this file runs from there
 from bench_lib.context import Context
 from bench_lib.env import DATABASE
 from bench_lib.stats import ratio
@@ -114,12 +113,7 @@ def main() -> int:
             env.Pair.of(flavor), args.rows, 0, 0, 0.0, args.label, args.timeout, tx_rows=args.tx_rows
         )
         results["results"][flavor] = measure(ctx)
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"stream-memory-{args.label}"
-    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    text = markdown(results)
-    stem.with_suffix(".md").write_text(text, encoding="utf-8")
-    print(text)
+    report.write_side("stream-memory", results, markdown(results), RESULTS)
     return 0
 
 

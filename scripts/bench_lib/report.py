@@ -38,6 +38,16 @@ def write(result: dict[str, Any], out: Path, compare: dict[str, Any] | None = No
     return written
 
 
+def write_side(kind: str, results: dict[str, Any], text: str, out: Path) -> None:
+    """A side benchmark's results (``scripts/bench_*.py``): ``<kind>-<label>.json`` and ``.md`` in
+    ``out``, the markdown ``text`` printed too."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{kind}-{results['label']}"
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    stem.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(text)
+
+
 def load(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
