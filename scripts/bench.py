@@ -79,18 +79,9 @@ MEASURES: dict[str, Callable[[Context], dict[str, Any]]] = {
 }
 
 
-def _list(text: str, allowed: tuple[str, ...] | str, what: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if t not in allowed]
-    if bad or not items:
-        choices = ", ".join(allowed)
-        raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or text!r}; choose from {choices}")
-    return list(dict.fromkeys(items))
-
-
 def _parts(text: str) -> list[str]:
     """``a,c`` (or ``ac``) -> ["a", "c"], always in the order a..f (e. reuses a.'s 1M-row run)."""
-    chosen = _list(",".join(c for c in text if c not in ", "), tuple(report.PARTS), "parts")
+    chosen = env.choices(",".join(c for c in text if c not in ", "), tuple(report.PARTS), "parts")
     return [p for p in report.PARTS if p in chosen]
 
 
@@ -119,7 +110,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=1_000,
         help="rows per transaction of b.'s changes (a divisor of 10,000)",
     )
-    ap.add_argument("--flavors", default="mariadb,mysql", type=lambda t: _list(t, env.FLAVORS, "flavours"))
+    ap.add_argument("--flavors", default="mariadb,mysql", type=env.flavors)
     ap.add_argument("--only", default="abcdefgh", type=_parts, help="parts to run, e.g. a,c (default: all)")
     ap.add_argument(
         "--chunk-size", type=int, default=int(DEFAULTS["snapshot"]["chunk_size"]), help="rows per chunk"

@@ -146,18 +146,15 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def listed(allowed: tuple[str, ...] | None, kind: type) -> Any:
-    def parse(text: str) -> list[Any]:
-        try:
-            chosen = [kind(t.strip()) for t in text.split(",") if t.strip()]
-        except ValueError:
-            chosen = []
-        if not chosen or (allowed is not None and any(c not in allowed for c in chosen)):
-            choices = f"; choose from {', '.join(allowed)}" if allowed else ""
-            raise argparse.ArgumentTypeError(f"{text!r}{choices}")
-        return list(dict.fromkeys(chosen))
-
-    return parse
+def sizes(text: str) -> list[int]:
+    """``--tx-rows``: positive integers, comma-separated, each once."""
+    try:
+        chosen = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        chosen = []
+    if not chosen or min(chosen) < 1:
+        raise argparse.ArgumentTypeError(f"rows per transaction: {text!r}; positive integers, e.g. 1000,10")
+    return list(dict.fromkeys(chosen))
 
 
 def main() -> int:
@@ -168,9 +165,9 @@ def main() -> int:
     )
     parser.add_argument("--rows", type=int, default=200_000, help="row changes streamed by each run")
     parser.add_argument(
-        "--tx-rows", default=[1_000, 10], type=listed(None, int), help="rows per transaction, comma-separated"
+        "--tx-rows", default="1000,10", type=sizes, help="rows per transaction, comma-separated"
     )
-    parser.add_argument("--flavors", default=list(env.FLAVORS), type=listed(env.FLAVORS, str))
+    parser.add_argument("--flavors", default="mariadb,mysql", type=env.flavors)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each checkout, in turns")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a gtidsnap run may take")
     args = parser.parse_args()

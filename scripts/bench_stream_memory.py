@@ -89,13 +89,6 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def flavors(text: str) -> list[str]:
-    chosen = [t.strip() for t in text.split(",") if t.strip()]
-    if not chosen or any(f not in env.FLAVORS for f in chosen):
-        raise argparse.ArgumentTypeError(f"flavours: {text!r}; choose from {', '.join(env.FLAVORS)}")
-    return list(dict.fromkeys(chosen))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", required=True)
@@ -103,7 +96,7 @@ def main() -> int:
     parser.add_argument(
         "--tx-rows", type=int, default=1_000, help="rows per transaction (a divisor of 10,000)"
     )
-    parser.add_argument("--flavors", default="mariadb,mysql", type=flavors, help="comma-separated")
+    parser.add_argument("--flavors", default="mariadb,mysql", type=env.flavors, help="comma-separated")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a gtidsnap run may take")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import subprocess
@@ -23,6 +24,23 @@ ADMIN = ("admin", "admin-test-pw")  # writes, on the primaries only
 READER = ("gtidsnap", "gtidsnap-test-pw")  # gtidsnap's read-only account on the replicas
 DATABASE = "bench"
 FLAVORS = ("mariadb", "mysql")
+
+
+def choices(text: str, allowed: tuple[str, ...] | str, what: str) -> list[str]:
+    """A comma-separated option of the bench scripts: each item one of ``allowed``, each once, in order."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in allowed]
+    if bad or not items:
+        choices = ", ".join(allowed)
+        raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or text!r}; choose from {choices}")
+    return list(dict.fromkeys(items))
+
+
+def flavors(text: str) -> list[str]:
+    """``--flavors``: ``mariadb,mysql`` or either."""
+    return choices(text, FLAVORS, "flavours")
+
+
 _PORTS = {
     "mariadb": ("MARIADB_PRIMARY_PORT", 33061, "MARIADB_REPLICA_PORT", 33062),
     "mysql": ("MYSQL_PRIMARY_PORT", 33071, "MYSQL_REPLICA_PORT", 33072),

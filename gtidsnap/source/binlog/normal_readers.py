@@ -7,13 +7,12 @@ fields and writing the text directly skips both objects: about a third of those 
 
 Exactly the same values: a fused reader is used only where the column's converter is the standard one
 of its type (:func:`gtidsnap.core.column_values.value_converter` tags it), and any value off the
-common path (a zero or invalid date: a month's day checked against that month's length, leap years
-included) goes the plain way, reader then converter. The unit tests compare both paths over every byte pattern
-class."""
+common path (a zero or invalid date: a day past the month's length, leap years included) goes the
+plain way, reader then converter. The unit tests compare both paths over every byte pattern class."""
 
 from __future__ import annotations
 
-from calendar import isleap
+from calendar import monthrange
 from collections.abc import Callable
 from typing import Any
 
@@ -23,15 +22,13 @@ from gtidsnap.core.column_values import converter_kind
 from gtidsnap.source.binlog.value_readers import ValueReader, decimal_parts, value_reader
 from gtidsnap.source.binlog.values import DATETIME_INT_OFFSET, FRACTION_SCALE, fraction_bytes
 
-# Days of each month (index 1-12); February's 29th is checked against the year.
-_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-
 
 def valid_day(year: int, month: int, day: int) -> bool:
-    """Whether ``year-month-day`` is a date ``datetime`` accepts (year 1-9999)."""
-    if not (1 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= _MONTH_DAYS[month]):
+    """Whether ``year-month-day`` is a date ``datetime`` accepts (year 1-9999); the month's length is
+    looked up only past the 28th."""
+    if not (1 <= year <= 9999 and 1 <= month <= 12 and day >= 1):
         return False
-    return day < 29 or month != 2 or isleap(year)
+    return day <= 28 or day <= monthrange(year, month)[1]
 
 
 def normal_reader(column: Any, errors: str, convert: Callable[[Any], Any]) -> ValueReader | None:
