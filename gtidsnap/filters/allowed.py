@@ -105,7 +105,8 @@ _ARGS: Final[Mapping[type[exp.Expr], frozenset[str]]] = {
     for classes, args in (
         ((exp.And, exp.Or, exp.Xor), {"this", "expression"}),
         ((exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ), {"this", "expression"}),
-        ((exp.Add, exp.Sub, exp.Mul, exp.IntDiv, exp.Mod), {"this", "expression"}),
+        ((exp.Add, exp.Sub, exp.Mul, exp.IntDiv), {"this", "expression"}),
+        ((exp.Mod,), {"this", "expression", "safe"}),  # safe: NULL on a zero divisor, as MySQL does
         ((exp.Div,), {"this", "expression", "typed", "safe"}),
         ((exp.Not, exp.Paren, exp.Neg), {"this"}),
         ((exp.Is,), {"this", "expression"}),
