@@ -42,7 +42,7 @@ from bench_lib.stats import mean, ratio
 from bench_lib.tables import ensure_table
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
 from gtidsnap.engine.checkpoint_store import CheckpointStore
-from gtidsnap.source.binlog import table_maps
+from gtidsnap.source.binlog import table_maps, transaction_events
 
 log = logging.getLogger("bench.streaming")
 
@@ -89,7 +89,8 @@ def generate_changes(ctx: Context, changes: int) -> dict[str, Any]:
 def bare_decode(ctx: Context, start: GtidSet, expected: int) -> dict[str, Any]:
     """The limit: decode every row change after ``start`` with python-mysql-replication (its own
     ``event.rows``, which gtidsnap's row reading does not replace), count them."""
-    table_maps.uninstall()  # the library as shipped: its own parse of every table map
+    table_maps.uninstall()  # the library as shipped: its own parse of every table map,
+    transaction_events.uninstall()  # of every BEGIN and GTID event
     settings = ctx.pair.reader_settings().pymysql_kwargs()
     settings["charset"] = "utf8mb4"
     position = start.as_position() if isinstance(start, MariadbGtidSet) else str(start)

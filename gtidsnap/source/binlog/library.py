@@ -5,9 +5,19 @@ position, and the empty GTID set it accepts as "from the beginning"."""
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Any
 
 import pymysql
+
+# The library versions whose internals gtidsnap's parses rely on (table_maps, transaction_events).
+TESTED_VERSIONS = ("1.0.17",)
+
+
+def library_tested() -> bool:
+    """Is the installed python-mysql-replication one whose internals the patches were tested on?"""
+    return version("mysql-replication") in TESTED_VERSIONS
+
 
 # Event types 1.0.17 cannot decode and that must not be skipped silently (they hold rows or GTIDs).
 UNSUPPORTED_EVENT_TYPES = {
@@ -53,3 +63,15 @@ class EmptyMysqlPosition(list[str]):
 
     def __bool__(self) -> bool:
         return True
+
+
+def event_body(from_packet: Any, size: int) -> bytes | None:
+    """The body (after the header, before the checksum) of the event the library is about to parse, not
+    consumed; None where its packet wrapper is not laid out as in 1.0.17 (the caller then lets the
+    library parse)."""
+    packet = getattr(from_packet, "packet", None)
+    data, position = getattr(packet, "_data", None), getattr(packet, "_position", None)
+    if not isinstance(data, bytes | bytearray) or not isinstance(position, int) or size <= 0:
+        return None
+    body = bytes(data[position : position + size])
+    return body if len(body) == size else None

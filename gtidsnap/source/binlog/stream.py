@@ -37,7 +37,8 @@ translator filters with the ``schema_of`` callback and never decodes the rows of
 library's own lazy per-value decode of ``event.rows``, which stays for what that module leaves).
 ``only_events`` does limit decoding to the event classes the translator reads (table maps, rotates
 and format descriptions are always decoded by the library, it needs them; a table map is parsed once per
-table version: :mod:`gtidsnap.source.binlog.table_maps`).
+table version: :mod:`gtidsnap.source.binlog.table_maps`; a transaction's GTID and BEGIN events are read
+in one step: :mod:`gtidsnap.source.binlog.transaction_events`).
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ from pymysqlreplication import BinLogStreamReader
 from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
 from gtidsnap.core.model import BinlogEvent, Flavor
+from gtidsnap.source.binlog import table_maps, transaction_events
 from gtidsnap.source.binlog.library import (
     EmptyMysqlPosition,
     GuardedConnect,
     LibraryReconnect,
 )
-from gtidsnap.source.binlog.table_maps import install as install_table_map_cache
 from gtidsnap.source.binlog.translator import EVENTS_READ, EventTranslator, SchemaOf
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.server_errors import FATAL_TO_THE_STREAM, Meaning, code_of, meaning
@@ -88,7 +89,8 @@ class BinlogStream:
             raise ValueError(f"unknown server flavour {flavor!r}; expected 'mysql' or 'mariadb'")
         if flavor == "mariadb" and not isinstance(start, MariadbGtidSet):
             raise TypeError(f"a MariaDB stream starts from a MariadbGtidSet, not {type(start).__name__}")
-        install_table_map_cache()  # table maps parsed once per table version (see that module)
+        table_maps.install()  # table maps parsed once per table version (see that module)
+        transaction_events.install()  # BEGIN and GTID events read in one step (see that module)
         self._settings = settings
         self._flavor: Flavor = flavor
         self._schema_of = schema_of

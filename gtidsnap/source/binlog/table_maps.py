@@ -17,13 +17,13 @@ patch (once per process), and only on the library version whose internals it rel
 from __future__ import annotations
 
 from collections import OrderedDict
-from importlib.metadata import version
 from typing import Any
 
 from pymysqlreplication.event import BinLogEvent
 from pymysqlreplication.row_event import TableMapEvent
 
-TESTED_VERSIONS = ("1.0.17",)
+from gtidsnap.source.binlog.library import event_body, library_tested
+
 KEPT = 512  # distinct table map bodies remembered (the least recently used go first)
 
 _parsed: OrderedDict[bytes, TableMapEvent] = OrderedDict()
@@ -49,16 +49,6 @@ _PER_EVENT = frozenset(
 )
 
 
-def _body(from_packet: Any, size: int) -> bytes | None:
-    """The event's body, not consumed (None where the packet is not laid out as expected)."""
-    packet = getattr(from_packet, "packet", None)
-    data, position = getattr(packet, "_data", None), getattr(packet, "_position", None)
-    if not isinstance(data, bytes | bytearray) or not isinstance(position, int) or size <= 0:
-        return None
-    body = bytes(data[position : position + size])
-    return body if len(body) == size else None
-
-
 def _cached_init(
     self: TableMapEvent,
     from_packet: Any,
@@ -67,7 +57,7 @@ def _cached_init(
     ctl_connection: Any,
     **kw: Any,
 ) -> None:
-    body = _body(from_packet, event_size)
+    body = event_body(from_packet, event_size)
     known = _parsed.get(body) if body is not None else None
     if body is None or known is None:
         _library_init(self, from_packet, event_size, table_map, ctl_connection, **kw)
@@ -97,7 +87,7 @@ def install() -> bool:
     """Patch the library's table map parse (once; only on a tested version). Returns whether it is on."""
     if TableMapEvent.__init__ is _cached_init:
         return True
-    if version("mysql-replication") not in TESTED_VERSIONS:
+    if not library_tested():
         return False
     TableMapEvent.__init__ = _cached_init
     return True
