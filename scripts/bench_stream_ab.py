@@ -31,7 +31,8 @@ from bench_lib import cli_run, env, report  # scripts/ is on sys.path: this file
 from bench_lib.context import Context
 from bench_lib.env import DATABASE, REPO, STATE_DIR
 from bench_lib.stats import mean, ratio
-from bench_lib.streaming import CHURN_TABLE, generate_changes
+from bench_lib.streaming import CHURN_ROWS, CHURN_TABLE, generate_changes
+from bench_lib.tables import ensure_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 log = logging.getLogger("bench.ab")
@@ -79,8 +80,32 @@ def run_cli(ctx: Context, work: Path, settings: dict[str, str], name: str) -> di
     return result.facts()
 
 
-def measure(ctx: Context, checkouts: dict[str, Path], repeats: int) -> dict[str, Any]:
+def profile_once(ctx: Context, primed: Path, table: str) -> None:
+    """This checkout streams the same changes once more under cProfile; the stats go beside its logs."""
+    work = primed.parent / f"{primed.name}-profile"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(primed, work)
+    stats = ctx.log_path(f"ab-{ctx.tx_rows}-profile").with_suffix(".pstats")
+    stats.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "cProfile",
+        "-o",
+        str(stats),
+        "-m",
+        "gtidsnap",
+        "run",
+        "--until-caught-up",
+    ]
+    settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
+    cli_run.CliRun(command, settings, ctx.log_path(f"ab-{ctx.tx_rows}-profile")).start().wait(ctx.timeout)
+    log.info("%s, %d-row tx: profile in %s", ctx.flavor, ctx.tx_rows, stats)
+
+
+def measure(ctx: Context, checkouts: dict[str, Path], repeats: int, profile: bool = False) -> dict[str, Any]:
     table = f"{DATABASE}.{CHURN_TABLE}"
+    ensure_table(ctx.pair, CHURN_TABLE, CHURN_ROWS)  # loaded before priming: its load is no change
     primed = ctx.work(f"ab-{ctx.tx_rows}-primed")
     settings = cli_run.cli_env(ctx.pair, primed, "jsonl", [table])
     cli_run.run(["run", "--until-caught-up"], settings, ctx.log_path(f"ab-{ctx.tx_rows}-prime"), ctx.timeout)
@@ -97,6 +122,8 @@ def measure(ctx: Context, checkouts: dict[str, Path], repeats: int) -> dict[str,
             log.info("%s, %d-row tx, %s: %s", ctx.flavor, ctx.tx_rows, name, run)
             runs[name].append(run)
             outputs[name] = work / "changes.jsonl"
+    if profile:
+        profile_once(ctx, primed, table)
     same = filecmp.cmp(*outputs.values(), shallow=False) if len(outputs) == 2 else None
     cost = {name: mean([r["us_per_change"] for r in got]) for name, got in runs.items()}
     rate = {name: mean([r["rows_per_s"] for r in got]) for name, got in runs.items()}
@@ -169,6 +196,9 @@ def main() -> int:
     )
     parser.add_argument("--flavors", default="mariadb,mysql", type=env.flavors)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each checkout, in turns")
+    parser.add_argument(
+        "--profile", action="store_true", help="and stream once more under cProfile (stats beside the logs)"
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a gtidsnap run may take")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -188,7 +218,7 @@ def main() -> int:
                 ctx = Context(
                     env.Pair.of(flavor), args.rows, 0, 0, 0.0, args.label, args.timeout, tx_rows=tx_rows
                 )
-                got = measure(ctx, checkouts, args.repeats)
+                got = measure(ctx, checkouts, args.repeats, args.profile)
                 results["results"][f"{flavor}-{tx_rows}"] = got
     finally:
         if base is not None:
