@@ -26,7 +26,7 @@ from gtidsnap.source.binlog.library import event_body, library_tested
 
 KEPT = 512  # distinct table map bodies remembered (the least recently used go first)
 
-_parsed: OrderedDict[bytes, TableMapEvent] = OrderedDict()
+_parsed: OrderedDict[bytes, dict[str, Any]] = OrderedDict()  # body -> the parse's attributes
 _library_init = TableMapEvent.__init__
 # set by BinLogEvent.__init__ for each event: never copied from the remembered parse
 _PER_EVENT = frozenset(
@@ -62,15 +62,13 @@ def _cached_init(
     if body is None or known is None:
         _library_init(self, from_packet, event_size, table_map, ctl_connection, **kw)
         if body is not None and self._processed and _self_contained(self):
-            _parsed[body] = self
+            _parsed[body] = {name: value for name, value in vars(self).items() if name not in _PER_EVENT}
             if len(_parsed) > KEPT:
                 _parsed.popitem(last=False)
         return
     _parsed.move_to_end(body)
     BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kw)
-    for name, value in vars(known).items():
-        if name not in _PER_EVENT:
-            setattr(self, name, value)
+    self.__dict__.update(known)
     table_map[self.table_id] = self.table_obj
 
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pymysql.connections import MysqlPacket
-from pymysqlreplication.constants.BINLOG import GTID_LOG_EVENT, QUERY_EVENT
-from pymysqlreplication.event import GtidEvent, QueryEvent
+from pymysqlreplication.constants.BINLOG import GTID_LOG_EVENT, MARIADB_GTID_EVENT, QUERY_EVENT
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from gtidsnap.source.binlog import transaction_events
@@ -125,3 +125,21 @@ def test_a_gtid_event_reads_as_the_library_reads_it(
 ) -> None:
     library, ours = _both(GTID_LOG_EVENT, _gtid_body(flag, sid, gno, last, seq, tail), GtidEvent)
     assert _fields(ours, GTID_FIELDS) == _fields(library, GTID_FIELDS)
+
+
+MARIADB_GTID_FIELDS = ("server_id", "gtid_seq_no", "domain_id", "flags", "gtid", "event_type", "_processed")
+
+
+@pytest.mark.usefixtures("library_and_ours")
+@given(
+    seq=st.integers(0, 2**64 - 1),
+    domain=st.integers(0, 2**32 - 1),
+    flags=st.integers(0, 255),
+    tail=st.binary(max_size=12),  # a commit id or XA fields after the flags, unread by either
+)
+def test_a_mariadb_gtid_event_reads_as_the_library_reads_it(
+    seq: int, domain: int, flags: int, tail: bytes
+) -> None:
+    body = struct.pack("<QIB", seq, domain, flags) + tail
+    library, ours = _both(MARIADB_GTID_EVENT, body, MariadbGtidEvent)
+    assert _fields(ours, MARIADB_GTID_FIELDS) == _fields(library, MARIADB_GTID_FIELDS)
