@@ -46,18 +46,27 @@ def normal_reader(column: Any, errors: str, convert: Callable[[Any], Any]) -> Va
 def _datetime2_text(fsp: int, plain: ValueReader, convert: Callable[[Any], Any]) -> ValueReader:
     width = fraction_bytes(fsp)
     size, scale = 5 + width, FRACTION_SCALE[width]
+    # The last second read and its text: a transaction's rows mostly share their timestamps (``NOW()``
+    # is the statement's), and an update's before images the previous one's. One tuple, replaced whole:
+    # a reader may run on the stream pump's thread, then on the loop's.
+    last: tuple[bytes, str] = (b"", "")
 
     def read(data: bytes, pos: int) -> tuple[Any, int]:
-        packed = int.from_bytes(data[pos : pos + 5], "big") - DATETIME_INT_OFFSET
-        year, month = divmod((packed >> 22) & 0x1FFFF, 13)
-        day, hms = (packed >> 17) & 0x1F, packed & 0x1FFFF
-        hour, minute, second = hms >> 12, (hms >> 6) & 0x3F, hms & 0x3F
-        if hour < 24 and minute < 60 and second < 60 and valid_day(year, month, day):
+        nonlocal last
+        head = data[pos : pos + 5]
+        seen, text = last
+        if head != seen:
+            packed = int.from_bytes(head, "big") - DATETIME_INT_OFFSET
+            year, month = divmod((packed >> 22) & 0x1FFFF, 13)
+            day, hms = (packed >> 17) & 0x1F, packed & 0x1FFFF
+            hour, minute, second = hms >> 12, (hms >> 6) & 0x3F, hms & 0x3F
+            if not (hour < 24 and minute < 60 and second < 60 and valid_day(year, month, day)):
+                value, end = plain(data, pos)
+                return convert(value), end
             text = f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
-            micros = int.from_bytes(data[pos + 5 : pos + size], "big") * scale if width else 0
-            return (f"{text}.{micros:06d}" if micros else text), pos + size
-        value, end = plain(data, pos)
-        return convert(value), end
+            last = (head, text)
+        micros = int.from_bytes(data[pos + 5 : pos + size], "big") * scale if width else 0
+        return (f"{text}.{micros:06d}" if micros else text), pos + size
 
     return read
 

@@ -32,9 +32,9 @@ def _both(column: LibraryColumn, convert: Any, data: bytes) -> tuple[Any, Any]:
 
 
 @st.composite
-def _datetime2(draw: st.DrawFn) -> tuple[int, bytes]:
-    """DATETIME2(fsp) images: fields in (and around) their ranges, or any bytes."""
-    fsp = draw(st.integers(0, 6))
+def _datetime2(draw: st.DrawFn, fsp: int | None = None) -> tuple[int, bytes]:
+    """DATETIME2(fsp) images (of any fsp unless given): fields in (and around) their ranges, or any bytes."""
+    fsp = draw(st.integers(0, 6)) if fsp is None else fsp
     width = (fsp + 1) // 2
     if draw(st.booleans()):
         return fsp, draw(st.binary(min_size=5 + width, max_size=5 + width))
@@ -53,6 +53,27 @@ def test_a_datetime_is_written_as_its_converter_writes_it(case: tuple[int, bytes
     convert = value_converter(Column("c", "datetime", f"datetime({fsp})"))
     fused, plain = _both(_library_column(FIELD_TYPE.DATETIME2, fsp=fsp), convert, data)
     assert fused == plain
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 6), st.data())
+def test_one_reader_gives_each_value_of_a_run_its_own_text(fsp: int, data: st.DataObject) -> None:
+    """One reader reads many values (as it does a table's rows): the last second's text it remembers is
+    never another value's, whether the seconds repeat with other fractions, alternate, or are invalid."""
+    convert = value_converter(Column("c", "datetime", f"datetime({fsp})"))
+    column = _library_column(FIELD_TYPE.DATETIME2, fsp=fsp)
+    fused, plain = normal_reader(column, "strict", convert), value_reader(column, "strict")
+    assert fused is not None and plain is not None
+    images = data.draw(st.lists(_datetime2(fsp), min_size=1, max_size=6))
+    width = (fsp + 1) // 2
+    fractions = st.binary(min_size=width, max_size=width)
+    run = [
+        image[:5] + data.draw(fractions) for _, image in images for _ in range(data.draw(st.integers(1, 3)))
+    ]
+    run += data.draw(st.permutations(run))
+    for image in run:
+        value, end = plain(image, 0)
+        assert fused(image, 0) == (convert(value), end), image
 
 
 @st.composite
