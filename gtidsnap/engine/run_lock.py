@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import socket
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -74,8 +75,7 @@ def _lock(path: Path) -> IO[str]:
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        file.seek(0)
-        text = file.read()
+        text = _holder_text(file)
         file.close()
         guarded = path.with_name(path.name.removesuffix(SUFFIX))
         raise ConfigError(
@@ -92,6 +92,18 @@ def _lock(path: Path) -> IO[str]:
     file.write(json.dumps(holder()) + "\n")
     file.flush()
     return file
+
+
+def _holder_text(file: IO[str], wait_s: float = 1.0) -> str:
+    """The holder's line; a holder that has just taken the lock writes it a moment later (two runs
+    started together), so an unreadable line is read again for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        file.seek(0)
+        text = file.read()
+        if not _who(text).startswith("its holder") or time.monotonic() >= deadline:
+            return text
+        time.sleep(0.05)
 
 
 def _who(text: str) -> str:

@@ -70,3 +70,24 @@ def test_a_lock_file_that_cannot_be_made_is_a_clear_error(tmp_path: Path) -> Non
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(ConfigError, match=r"cannot create the lock file .*file/checkpoint\.json\.lock: "):
         RunLock([tmp_path / "file" / "checkpoint.json"]).acquire()
+
+
+def test_a_holder_that_has_not_written_its_name_yet_is_still_named(tmp_path: Path) -> None:
+    """Two runs started together: the holder takes the lock and writes who it is a moment later; the
+    one refused meanwhile waits for that line instead of reporting a holder that said nothing."""
+    import fcntl
+    import threading
+
+    checkpoint = tmp_path / "checkpoint.json"
+    lock = tmp_path / "checkpoint.json.lock"
+    with lock.open("a+", encoding="utf-8") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken, nothing written yet
+        line = json.dumps({"host": "elsewhere", "pid": 4242, "since": "2026-12-02T00:00:00+00:00"})
+        late = threading.Timer(0.2, lambda: (held.write(line + "\n"), held.flush()))
+        late.start()
+        try:
+            with pytest.raises(ConfigError) as refused:
+                RunLock([checkpoint]).acquire()
+        finally:
+            late.join()
+    assert "(pid 4242 on elsewhere since 2026-12-02T00:00:00+00:00;" in str(refused.value)
