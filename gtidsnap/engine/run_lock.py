@@ -101,14 +101,19 @@ def _holder_text(file: IO[str], wait_s: float = 1.0) -> str:
     while True:
         file.seek(0)
         text = file.read()
-        if not _who(text).startswith("its holder") or time.monotonic() >= deadline:
+        if _named(text) is not None or time.monotonic() >= deadline:
             return text
         time.sleep(0.05)
 
 
-def _who(text: str) -> str:
+def _named(text: str) -> str | None:
+    """Who the lock file's line names; None: no complete line of a holder (yet)."""
     try:
         held = json.loads(text)
         return f"pid {held['pid']} on {held['host']} since {held['since']}"
     except (ValueError, KeyError, TypeError):
-        return "its holder did not say who it is"
+        return None
+
+
+def _who(text: str) -> str:
+    return _named(text) or "its holder did not say who it is"
