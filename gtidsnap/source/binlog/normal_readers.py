@@ -22,6 +22,8 @@ from gtidsnap.core.column_values import converter_kind
 from gtidsnap.source.binlog.value_readers import ValueReader, decimal_parts, value_reader
 from gtidsnap.source.binlog.values import DATETIME_INT_OFFSET, FRACTION_SCALE, fraction_bytes
 
+SECONDS_KEPT = 4096  # distinct seconds a DATETIME column's reader remembers the text of
+
 
 def valid_day(year: int, month: int, day: int) -> bool:
     """Whether ``year-month-day`` is a date ``datetime`` accepts (year 1-9999); the month's length is
@@ -46,16 +48,16 @@ def normal_reader(column: Any, errors: str, convert: Callable[[Any], Any]) -> Va
 def _datetime2_text(fsp: int, plain: ValueReader, convert: Callable[[Any], Any]) -> ValueReader:
     width = fraction_bytes(fsp)
     size, scale = 5 + width, FRACTION_SCALE[width]
-    # The last second read and its text: a transaction's rows mostly share their timestamps (``NOW()``
-    # is the statement's), and an update's before images the previous one's. One tuple, replaced whole:
-    # a reader may run on the stream pump's thread, then on the loop's.
-    last: tuple[bytes, str] = (b"", "")
+    # The seconds read and their text: a transaction's rows mostly share their timestamps (``NOW()`` is
+    # the statement's), an update's before images those of an earlier write, so a handful of seconds
+    # alternate (a last-second-only memo missed half of a stream's updates). Shared by the stream pump's
+    # thread and the loop's: a dict's get, set and clear are each atomic, and an entry is never changed.
+    seconds: dict[bytes, str] = {}
 
     def read(data: bytes, pos: int) -> tuple[Any, int]:
-        nonlocal last
         head = data[pos : pos + 5]
-        seen, text = last
-        if head != seen:
+        text = seconds.get(head)
+        if text is None:
             packed = int.from_bytes(head, "big") - DATETIME_INT_OFFSET
             year, month = divmod((packed >> 22) & 0x1FFFF, 13)
             day, hms = (packed >> 17) & 0x1F, packed & 0x1FFFF
@@ -64,7 +66,9 @@ def _datetime2_text(fsp: int, plain: ValueReader, convert: Callable[[Any], Any])
                 value, end = plain(data, pos)
                 return convert(value), end
             text = f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
-            last = (head, text)
+            if len(seconds) >= SECONDS_KEPT:  # a table of scattered timestamps: start again, never grow
+                seconds.clear()
+            seconds[head] = text
         micros = int.from_bytes(data[pos + 5 : pos + size], "big") * scale if width else 0
         return (f"{text}.{micros:06d}" if micros else text), pos + size
 

@@ -13,7 +13,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from gtidsnap.core.column_values import converter_kind, plain_value, value_converter
 from gtidsnap.core.schema import Column
-from gtidsnap.source.binlog.normal_readers import normal_reader, valid_day
+from gtidsnap.source.binlog.normal_readers import SECONDS_KEPT, normal_reader, valid_day
 from gtidsnap.source.binlog.value_readers import value_reader
 from tests.unit.source.binlog.test_row_images import _decimal_bytes
 
@@ -73,6 +73,22 @@ def test_one_reader_gives_each_value_of_a_run_its_own_text(fsp: int, data: st.Da
     # the same images with one byte of their second changed: each byte of it tells values apart
     run += [image[:at] + bytes([image[at] ^ 1]) + image[at + 1 :] for image in run for at in range(5)]
     run += data.draw(st.permutations(run))
+    for image in run:
+        value, end = plain(image, 0)
+        assert fused(image, 0) == (convert(value), end), image
+
+
+def test_a_reader_that_met_more_seconds_than_it_keeps_still_writes_each_its_own_text() -> None:
+    """Past ``SECONDS_KEPT`` distinct seconds the reader forgets and starts again: the seconds read before
+    and after that, in either order, still get their own text (a memo that kept a stale entry fails)."""
+    convert = value_converter(Column("c", "datetime", "datetime(0)"))
+    column = _library_column(FIELD_TYPE.DATETIME2, fsp=0)
+    fused, plain = normal_reader(column, "strict", convert), value_reader(column, "strict")
+    assert fused is not None and plain is not None
+    base = ((2026 * 13 + 12) << 22 | 2 << 17) + 0x8000000000
+    clock = [(s // 3600) << 12 | (s // 60 % 60) << 6 | s % 60 for s in range(0, 86_400, 3)]
+    images = [(base | hms).to_bytes(5, "big") for hms in clock]
+    run = images[: SECONDS_KEPT + 7] + images[:50] + images[-SECONDS_KEPT - 3 :] + images[3:9] * 2
     for image in run:
         value, end = plain(image, 0)
         assert fused(image, 0) == (convert(value), end), image
