@@ -17,25 +17,14 @@ commit and checkpoint. Other threads only put commands (:mod:`gtidsnap.core.comm
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from functools import partial
 
 from gtidsnap.core.checkpoint import Checkpoint
-from gtidsnap.core.commands import (
-    Command,
-    PauseSnapshots,
-    ResumeSnapshots,
-    SetChunkDelay,
-    SetChunkSize,
-    Shutdown,
-    SignalReceived,
-    StartSnapshot,
-    StopSnapshot,
-)
+from gtidsnap.core.commands import Command, StartSnapshot
 from gtidsnap.core.errors import SchemaError, SourceError, stored_reason
 from gtidsnap.core.gtid import GtidSet
 from gtidsnap.core.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
@@ -59,7 +48,8 @@ from gtidsnap.core.schema_cache import SchemaCache
 from gtidsnap.core.signal_ledger import SignalLedger
 from gtidsnap.engine.checkpoint_store import open_at, resumable
 from gtidsnap.engine.committer import Commits
-from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step, take_commands
+from gtidsnap.engine.loop_commands import LoopCommands
+from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step
 from gtidsnap.engine.stream_pump import PumpedStream, ShapesForgotten
 from gtidsnap.snapshot.planner import (
     ChunkPlanner,
@@ -71,14 +61,13 @@ from gtidsnap.snapshot.planner import (
     SnapshotFailed,
 )
 from gtidsnap.snapshot.readers import InlineChunkReaders
-from gtidsnap.snapshot.request import checked_request
 from gtidsnap.snapshot.windows import ChunkOut
 
 log = logging.getLogger("gtidsnap.engine.loop")
-TX_BURST = 1000  # events of one transaction read in a row before the loop takes a turn
+TX_BURST = 1000  # events read in a row (one transaction, or several small ones) before the loop's turn
 
 
-class Engine:
+class Engine(LoopCommands):
     """Snapshot + stream, resumable. Build it with adapters, call :meth:`run`."""
 
     def __init__(
@@ -205,7 +194,9 @@ class Engine:
                 # readers at work: look again soon; otherwise wait as long as commands allow
                 event = pump.next(0.002 if chunks.busy else 0.1)
                 if event is not None:
-                    self._transaction(event, lambda: pump.next(0.1))
+                    self._transaction(
+                        event, lambda: pump.next(0.1), partial(self._streaming_on, pump, target)
+                    )
                 if not self._in_tx and self._commits.due(self.settings, self._snapshotting()):
                     self._commit()
             if not self._in_tx:
@@ -221,17 +212,32 @@ class Engine:
             self.sink.close()
         return self.stats
 
-    def _transaction(self, event: BinlogEvent, read: Callable[[], BinlogEvent | None]) -> None:
-        """``event`` and the rest of its transaction, up to ``TX_BURST`` events, without the loop's turn per
-        event (chunks, commits, finished reads wait for its end; commands, a failed commit for the burst's),
-        their records in one write (a write a record: ~5% of a stream's CPU; a failure writes none)."""
+    def _transaction(
+        self, event: BinlogEvent, read: Callable[[], BinlogEvent | None], on: Callable[[], bool]
+    ) -> None:
+        """``event`` and the rest of its transaction, then the next ones while ``on()`` says the loop's
+        turn would only read the stream again, up to ``TX_BURST`` events (chunks, commits, finished reads
+        wait for a transaction's end; commands, a failed commit for the burst's): a loop turn a transaction
+        was ~5% of a stream of small ones. A transaction's records go out in one write at its commit."""
         records: list[Emitted] = []
         self._on_event(event, records)
         for _ in range(TX_BURST):
-            if not self._in_tx or (more := read()) is None:
+            if not self._in_tx:
+                self._write(records)  # before a read that may wait for the source
+                records = []
+                if not on():
+                    break
+            if (more := read()) is None:
                 break
             self._on_event(more, records)
         self._write(records)
+
+    def _streaming_on(self, pump: PumpedStream, target: GtidSet | None) -> bool:
+        """Between transactions: would the loop's turn only read the stream again (no readers, commands,
+        commit due, or end of an ``until_caught_up`` run)?"""
+        if pump.pumped or self._stop or self.commands.queue or self._snapshotting():
+            return False
+        return not self._commits.due(self.settings) and (target is None or not target <= self.processed)
 
     def _snapshotting(self) -> bool:  # chunks out, or tables waiting and not paused
         busy = self._chunks is not None and self._chunks.busy
@@ -245,47 +251,6 @@ class Engine:
             chunk_wait_s=self._last_chunk_at + self.settings.chunk_delay_s - time.monotonic(),
             until_caught_up=until_caught_up,
         )
-
-    # ------------------------------------------------------------------ commands
-    def _drain_commands(self) -> None:
-        if not self.commands.queue:  # checked once per event: a lock-free look (len of a deque is atomic)
-            return  # spares the lock and the raised queue.Empty, ~3% of streaming time when profiled
-        self._catalog = functools.cache(self.replica.tables)  # read once a turn, not once a request
-        for command in take_commands(self.commands):  # a flood waits for the next turns
-            self._apply(command)
-
-    def _apply(self, command: Command) -> None:
-        if isinstance(command, SignalReceived):
-            self._apply_signal(command)
-            return
-        if isinstance(command, StartSnapshot):
-            for table, condition in checked_request(command, self._catalog, self.schemas).items():
-                self.captured.add(table)
-                self.context = self.context.enqueue([table], condition)
-        elif isinstance(command, StopSnapshot):
-            if self._chunks is not None:  # rows already streamed stay; the chunks in flight are dropped
-                self._write(self._emitted(self._chunks.stop(command.tables)))
-            self.context = self.context.stop(command.tables)
-        elif isinstance(command, PauseSnapshots | ResumeSnapshots):
-            self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
-            if self._chunks is not None:
-                self._chunks.paused()
-        elif isinstance(command, SetChunkSize | SetChunkDelay):
-            self.settings = self.settings.tuned(command)
-        elif isinstance(command, Shutdown):
-            self._stop = True
-        log.info("command %s applied", command)
-
-    def _apply_signal(self, signal: SignalReceived) -> None:
-        """Act on a signal once; the ledger records what became of it with its offset."""
-        recorded = self.signals.act_once(signal, self._apply, lambda: self.context)
-        if recorded is None:
-            return  # already consumed before a restart
-        self.stats.signal_outcome(recorded.outcome)
-        (log.warning if recorded.outcome.startswith("refused") else log.info)(
-            "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, recorded.outcome
-        )
-        self._commits.uncommitted += 1  # checkpoint soon: the offset must be durable
 
     # ------------------------------------------------------------------ schemas
     def _schema_of(self, table: TableId) -> TableSchema | None:
