@@ -79,7 +79,7 @@ class TxBegin:
     gtid: Gtid
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RowChange:
     """One row inserted, updated or deleted.
 
@@ -87,6 +87,9 @@ class RowChange:
     update changed the primary key itself, so both keys count as touched. ``key_columns`` names the
     key of the shape the row was decoded with: the consumer may meet it after the shape cache moved
     on (a DDL read ahead by the stream's pump; a renamed table has no shape to read any more).
+
+    Not frozen, never changed once made: one is made per row change, and a frozen dataclass's
+    ``__init__`` (an ``object.__setattr__`` a field) cost ~0.7 us more, ~5% of a streamed change's CPU.
     """
 
     gtid: Gtid

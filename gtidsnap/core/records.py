@@ -20,9 +20,10 @@ from gtidsnap.core.model import ChunkRow, ColumnarRows, Key, ReadRows, Row, RowC
 RecordOp = Literal["c", "u", "d", "r"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Record:
-    """One emitted change: ``op`` c/u/d from the binlog, r for a snapshot read."""
+    """One emitted change: ``op`` c/u/d from the binlog, r for a snapshot read. Never changed once
+    made; not frozen, as :class:`gtidsnap.core.model.RowChange` is not (one is made per change)."""
 
     op: RecordOp
     table: TableId
@@ -67,7 +68,7 @@ def change_record(change: RowChange, seq: int) -> Record:
     return Record(
         op=change.op,
         table=change.table,
-        key=tuple(row.get(c) for c in change.key_columns),
+        key=tuple(map(row.get, change.key_columns)),
         before=change.before,
         after=change.after,
         gtid=str(change.gtid),
