@@ -213,7 +213,7 @@ class Engine(LoopCommands):
         return self.stats
 
     def _transaction(
-        self, event: BinlogEvent, read: Callable[[], BinlogEvent | None], on: Callable[[], bool]
+        self, event: BinlogEvent, read: Callable[[], BinlogEvent | None], on: Callable[[bool], bool]
     ) -> None:
         """``event`` and the rest of its transaction, then the next ones while ``on()`` says the loop's
         turn would only read the stream again, up to ``TX_BURST`` events (chunks, commits, finished reads
@@ -221,23 +221,28 @@ class Engine(LoopCommands):
         was ~5% of a stream of small ones. A transaction's records go out in one write at its commit."""
         records: list[Emitted] = []
         self._on_event(event, records)
+        going_on = False
         for _ in range(TX_BURST):
             if not self._in_tx:
                 self._write(records)  # before a read that may wait for the source
                 records = []
-                if not on():
+                if not on(going_on):
                     break
+                going_on = True
             if (more := read()) is None:
                 break
             self._on_event(more, records)
         self._write(records)
 
-    def _streaming_on(self, pump: PumpedStream, target: GtidSet | None) -> bool:
+    def _streaming_on(self, pump: PumpedStream, target: GtidSet | None, going_on: bool) -> bool:
         """Between transactions: would the loop's turn only read the stream again (no readers, commands,
-        commit due, or end of an ``until_caught_up`` run)?"""
-        if pump.pumped or self._stop or self.commands.queue or self._snapshotting():
+        commit due, or end of an ``until_caught_up`` run)? ``going_on``: asked before in this burst, and
+        no snapshot was read then (which only a loop's turn changes: a command, a chunk planned)."""
+        if not going_on and (pump.pumped or self._snapshotting()):
             return False
-        return not self._commits.due(self.settings) and (target is None or not target <= self.processed)
+        if self._stop or self.commands.queue or self._commits.due(self.settings):
+            return False
+        return target is None or not target <= self.processed
 
     def _snapshotting(self) -> bool:  # chunks out, or tables waiting and not paused
         busy = self._chunks is not None and self._chunks.busy

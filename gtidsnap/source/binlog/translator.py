@@ -129,9 +129,11 @@ class EventTranslator:
 
     def handed_out(self, event: BinlogEvent) -> None:
         """The consumer got ``event``: a commit is processed only once handed out."""
-        if isinstance(event, TxBegin):
+        if isinstance(event, RowChange) and self._open is not None:  # the most of a stream's events
+            self._open = (self._open[0], self._open[1] + 1)
+        elif isinstance(event, TxBegin):
             self._open = (event.gtid, 0)
-        elif isinstance(event, RowChange | SchemaChange) and self._open is not None:
+        elif isinstance(event, SchemaChange) and self._open is not None:
             self._open = (self._open[0], self._open[1] + 1)
         elif isinstance(event, TxCommit):
             self._open = None
