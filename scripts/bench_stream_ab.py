@@ -30,6 +30,7 @@ from typing import Any
 from bench_lib import cli_run, env, report  # scripts/ is on sys.path: this file runs from there
 from bench_lib.context import Context
 from bench_lib.env import DATABASE, REPO, STATE_DIR
+from bench_lib.quiet import wait_quiet
 from bench_lib.stats import mean, ratio
 from bench_lib.streaming import CHURN_ROWS, CHURN_TABLE, generate_changes
 from bench_lib.tables import ensure_table
@@ -118,7 +119,9 @@ def measure(ctx: Context, checkouts: dict[str, Path], repeats: int, profile: boo
             work = primed.parent / f"{primed.name}-{name}"
             settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
             settings["PYTHONPATH"] = str(checkouts[name])
+            quiet_s = wait_quiet(f"{ctx.flavor}, {ctx.tx_rows}-row tx, {name}")
             run = stream_once(ctx, primed, work, settings, f"ab-{ctx.tx_rows}-{name}-{turn}")
+            run["quiet_wait_s"] = quiet_s
             log.info("%s, %d-row tx, %s: %s", ctx.flavor, ctx.tx_rows, name, run)
             runs[name].append(run)
             outputs[name] = work / "changes.jsonl"

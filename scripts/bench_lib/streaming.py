@@ -38,6 +38,7 @@ from bench_lib import cli_run
 from bench_lib.context import Context
 from bench_lib.debezium import DebeziumPeer
 from bench_lib.env import DATABASE
+from bench_lib.quiet import wait_quiet
 from bench_lib.stats import mean, ratio
 from bench_lib.tables import ensure_table
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
@@ -179,12 +180,14 @@ def measure_b(ctx: Context) -> dict[str, Any]:
     peer = DebeziumPeer(ctx, ctx.work("stream-debezium"), DATABASE, CHURN_TABLE, ctx.timeout)
     peer.prime()
     generated = generate_changes(ctx, ctx.rows)
+    wait_quiet(f"{ctx.flavor}: bare decode")
     bare = [bare_decode(ctx, generated["start"], ctx.rows)]
     runs: dict[str, dict[str, Any]] = {}
     for sink, env in envs.items():
         checkpoint = works[sink] / "checkpoint.json"
         primed = CheckpointStore(checkpoint).load()
         first_seq = primed.next_seq if primed is not None else 1
+        quiet_s = wait_quiet(f"{ctx.flavor}: gtidsnap into {sink}")
         scraper = Scraper(listen).start() if sink == METRICS_ON else None
         try:
             result = cli_run.run(
@@ -193,6 +196,7 @@ def measure_b(ctx: Context) -> dict[str, Any]:
         finally:
             scrapes = scraper.stop() if scraper is not None else None
         facts = result.facts()
+        facts["quiet_wait_s"] = quiet_s
         if scrapes is not None:
             facts["scrapes"] = scrapes
         done = ctx.rows
@@ -213,8 +217,11 @@ def measure_b(ctx: Context) -> dict[str, Any]:
         )
         runs[sink] = facts
         shutil.rmtree(works[sink], ignore_errors=True)
+    wait_quiet(f"{ctx.flavor}: bare decode")
     bare.append(bare_decode(ctx, generated["start"], ctx.rows))
+    quiet_s = wait_quiet(f"{ctx.flavor}: Debezium")
     debezium = peer.stream(ctx.rows)
+    debezium["quiet_wait_s"] = quiet_s
     shutil.rmtree(peer.work, ignore_errors=True)
     limit = mean([b["rows_per_s"] for b in bare])
     return {
