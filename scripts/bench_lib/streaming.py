@@ -43,7 +43,7 @@ from bench_lib.stats import mean, ratio
 from bench_lib.tables import ensure_table
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
 from gtidsnap.engine.checkpoint_store import CheckpointStore
-from gtidsnap.source.binlog import table_maps, transaction_events
+from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
 
 log = logging.getLogger("bench.streaming")
 
@@ -92,6 +92,7 @@ def bare_decode(ctx: Context, start: GtidSet, expected: int) -> dict[str, Any]:
     ``event.rows``, which gtidsnap's row reading does not replace), count them."""
     table_maps.uninstall()  # the library as shipped: its own parse of every table map,
     transaction_events.uninstall()  # of every BEGIN and GTID event
+    rows_events.uninstall()  # and of every rows event's header
     settings = ctx.pair.reader_settings().pymysql_kwargs()
     settings["charset"] = "utf8mb4"
     position = start.as_position() if isinstance(start, MariadbGtidSet) else str(start)

@@ -3,7 +3,8 @@ binlog adapter (:mod:`gtidsnap.source.binlog.stream`): the event types it cannot
 stream, not be skipped), a guard against its silent redial from the start
 position, and the empty GTID set it accepts as "from the beginning"; and what gtidsnap's faster parses of
 some of its events share (:mod:`~gtidsnap.source.binlog.table_maps`,
-:mod:`~gtidsnap.source.binlog.transaction_events`): the versions they were tested on, an event's body."""
+:mod:`~gtidsnap.source.binlog.transaction_events`, :mod:`~gtidsnap.source.binlog.rows_events`): the
+versions they were tested on, an event's body."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pymysql
 
-# The library versions whose internals gtidsnap's parses rely on (table_maps, transaction_events).
+# The library versions whose internals gtidsnap's patches rely on (table_maps, *_events).
 TESTED_VERSIONS = ("1.0.17",)
 
 
@@ -67,13 +68,21 @@ class EmptyMysqlPosition(list[str]):
         return True
 
 
-def event_body(from_packet: Any, size: int) -> bytes | None:
-    """The body (after the header, before the checksum) of the event the library is about to parse, not
+def event_head(from_packet: Any, size: int) -> bytes | None:
+    """Up to ``size`` bytes from the start of the body of the event the library is about to parse, not
     consumed; None where its packet wrapper is not laid out as in 1.0.17 (the caller then lets the
     library parse)."""
     packet = getattr(from_packet, "packet", None)
     data, position = getattr(packet, "_data", None), getattr(packet, "_position", None)
     if not isinstance(data, bytes | bytearray) or not isinstance(position, int) or size <= 0:
         return None
-    body = bytes(data[position : position + size])
-    return body if len(body) == size else None
+    if getattr(from_packet, "_BinLogPacketWrapper__data_buffer", b""):  # bytes pushed back: not at the start
+        return None
+    return bytes(data[position : position + size])
+
+
+def event_body(from_packet: Any, size: int) -> bytes | None:
+    """The body (after the header, before the checksum) of the event the library is about to parse, not
+    consumed; None where its packet wrapper is not laid out as in 1.0.17."""
+    body = event_head(from_packet, size)
+    return body if body is not None and len(body) == size else None

@@ -38,7 +38,8 @@ library's own lazy per-value decode of ``event.rows``, which stays for what that
 ``only_events`` does limit decoding to the event classes the translator reads (table maps, rotates
 and format descriptions are always decoded by the library, it needs them; a table map is parsed once per
 table version: :mod:`gtidsnap.source.binlog.table_maps`; a transaction's GTID and BEGIN events are read
-in one step: :mod:`gtidsnap.source.binlog.transaction_events`).
+in one step: :mod:`gtidsnap.source.binlog.transaction_events`, a rows event's header too:
+:mod:`gtidsnap.source.binlog.rows_events`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from pymysqlreplication import BinLogStreamReader
 from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
 from gtidsnap.core.model import BinlogEvent, Flavor
-from gtidsnap.source.binlog import table_maps, transaction_events
+from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
 from gtidsnap.source.binlog.library import (
     EmptyMysqlPosition,
     GuardedConnect,
@@ -91,6 +92,7 @@ class BinlogStream:
             raise TypeError(f"a MariaDB stream starts from a MariadbGtidSet, not {type(start).__name__}")
         table_maps.install()  # table maps parsed once per table version (see that module)
         transaction_events.install()  # BEGIN and GTID events read in one step (see that module)
+        rows_events.install()  # and a rows event's header
         self._settings = settings
         self._flavor: Flavor = flavor
         self._schema_of = schema_of
