@@ -215,7 +215,7 @@ class Engine(LoopCommands):
     def _transaction(
         self, event: BinlogEvent, read: Callable[[], BinlogEvent | None], on: Callable[[bool], bool]
     ) -> None:
-        """``event`` and the rest of its transaction, then the next ones while ``on()`` says the loop's
+        """``event`` and the rest of its transaction, then the next ones while ``on`` says the loop's
         turn would only read the stream again, up to ``TX_BURST`` events (chunks, commits, finished reads
         wait for a transaction's end; commands, a failed commit for the burst's): a loop turn a transaction
         was ~5% of a stream of small ones. A transaction's records go out in one write at its commit."""
