@@ -81,30 +81,31 @@ def run_cli(ctx: Context, work: Path, settings: dict[str, str], name: str) -> di
     return result.facts()
 
 
-def profile_once(ctx: Context, primed: Path, table: str) -> None:
-    """This checkout streams the same changes once more under cProfile; the stats go beside its logs."""
+def profile_once(ctx: Context, primed: Path, table: str, profiler: str) -> None:
+    """This checkout streams the same changes once more under ``profiler``; the stats go beside its logs.
+
+    cProfile counts calls but inflates cheap ones; py-spy samples (raw stacks, 250 a second) and leaves
+    the shares as they are, which is what small-transaction costs need."""
     work = primed.parent / f"{primed.name}-profile"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(primed, work)
-    stats = ctx.log_path(f"ab-{ctx.tx_rows}-profile").with_suffix(".pstats")
+    run = ["-m", "gtidsnap", "run", "--until-caught-up"]
+    if profiler == "py-spy":
+        stats = ctx.log_path(f"ab-{ctx.tx_rows}-profile").with_suffix(".stacks")
+        spy = str(Path(sys.executable).with_name("py-spy"))
+        command = [spy, "record", "-r", "250", "-f", "raw", "-o", str(stats), "--", sys.executable, *run]
+    else:
+        stats = ctx.log_path(f"ab-{ctx.tx_rows}-profile").with_suffix(".pstats")
+        command = [sys.executable, "-m", "cProfile", "-o", str(stats), *run]
     stats.parent.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "cProfile",
-        "-o",
-        str(stats),
-        "-m",
-        "gtidsnap",
-        "run",
-        "--until-caught-up",
-    ]
     settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
     cli_run.CliRun(command, settings, ctx.log_path(f"ab-{ctx.tx_rows}-profile")).start().wait(ctx.timeout)
     log.info("%s, %d-row tx: profile in %s", ctx.flavor, ctx.tx_rows, stats)
 
 
-def measure(ctx: Context, checkouts: dict[str, Path], repeats: int, profile: bool = False) -> dict[str, Any]:
+def measure(
+    ctx: Context, checkouts: dict[str, Path], repeats: int, profile: str | None = None
+) -> dict[str, Any]:
     table = f"{DATABASE}.{CHURN_TABLE}"
     ensure_table(ctx.pair, CHURN_TABLE, CHURN_ROWS)  # loaded before priming: its load is no change
     primed = ctx.work(f"ab-{ctx.tx_rows}-primed")
@@ -126,7 +127,7 @@ def measure(ctx: Context, checkouts: dict[str, Path], repeats: int, profile: boo
             runs[name].append(run)
             outputs[name] = work / "changes.jsonl"
     if profile:
-        profile_once(ctx, primed, table)
+        profile_once(ctx, primed, table, profile)
     same = filecmp.cmp(*outputs.values(), shallow=False) if len(outputs) == 2 else None
     cost = {name: mean([r["us_per_change"] for r in got]) for name, got in runs.items()}
     rate = {name: mean([r["rows_per_s"] for r in got]) for name, got in runs.items()}
@@ -200,7 +201,11 @@ def main() -> int:
     parser.add_argument("--flavors", default="mariadb,mysql", type=env.flavors)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each checkout, in turns")
     parser.add_argument(
-        "--profile", action="store_true", help="and stream once more under cProfile (stats beside the logs)"
+        "--profile",
+        nargs="?",
+        const="cprofile",
+        choices=["cprofile", "py-spy"],
+        help="and stream once more under cProfile or py-spy (stats beside the logs)",
     )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a gtidsnap run may take")
     args = parser.parse_args()

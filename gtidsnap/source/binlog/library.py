@@ -12,6 +12,7 @@ from importlib.metadata import version
 from typing import Any
 
 import pymysql
+from pymysql.connections import MysqlPacket
 
 # The library versions whose internals gtidsnap's patches rely on (table_maps, *_events).
 TESTED_VERSIONS = ("1.0.17",)
@@ -41,9 +42,26 @@ class LibraryReconnect(Exception):
     of :mod:`gtidsnap.source.binlog.stream`: its redial would start over from the original position)."""
 
 
+class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
+    """PyMySQL's connection, with one packet that can be given back to be read again, by the library's
+    ``fetchone`` (:mod:`gtidsnap.source.binlog.frame_packets` reads some packets before it)."""
+
+    _pushed: MysqlPacket | None = None
+
+    def push_back(self, packet: MysqlPacket) -> None:
+        self._pushed = packet
+
+    def _read_packet(self, packet_type: Any = MysqlPacket) -> MysqlPacket:
+        pushed = self._pushed
+        if pushed is not None:
+            self._pushed = None
+            return pushed
+        return super()._read_packet(packet_type)
+
+
 class GuardedConnect:
-    """``pymysql_wrapper`` that opens one dump connection only; the control one is told apart by
-    the ``cursorclass`` the library gives it."""
+    """``pymysql_wrapper`` that opens one dump connection only (a :class:`DumpConnection`); the control
+    one is told apart by the ``cursorclass`` the library gives it."""
 
     def __init__(self) -> None:
         self.dump: pymysql.connections.Connection | None = None
@@ -55,7 +73,7 @@ class GuardedConnect:
             return pymysql.connect(**kwargs)
         if self.dump is not None:
             raise LibraryReconnect("connection lost (the library tried to redial from its start position)")
-        self.dump = pymysql.connect(**kwargs)
+        self.dump = DumpConnection(**kwargs)
         return self.dump
 
 

@@ -39,7 +39,8 @@ library's own lazy per-value decode of ``event.rows``, which stays for what that
 and format descriptions are always decoded by the library, it needs them; a table map is parsed once per
 table version: :mod:`gtidsnap.source.binlog.table_maps`; a transaction's GTID and BEGIN events are read
 in one step: :mod:`gtidsnap.source.binlog.transaction_events`, a rows event's header too:
-:mod:`gtidsnap.source.binlog.rows_events`).
+:mod:`gtidsnap.source.binlog.rows_events`). The packets that frame a transaction (GTID, BEGIN, XID, a
+table map seen before) are read without any library event object: :mod:`gtidsnap.source.binlog.frame_packets`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
 from gtidsnap.core.model import BinlogEvent, Flavor
 from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
+from gtidsnap.source.binlog.frame_packets import FramePackets
 from gtidsnap.source.binlog.library import (
     EmptyMysqlPosition,
     GuardedConnect,
@@ -102,6 +104,7 @@ class BinlogStream:
         # What was read and handed out (processed, the open transaction): the translator's facts.
         self._translator = EventTranslator(schema_of, settings.describe(), start)
         self._reader: BinLogStreamReader | None = None
+        self._frames: FramePackets | None = None  # the reader's fetchone, framing packets read first
         self._guard: GuardedConnect | None = None
         self._pending: deque[BinlogEvent] = deque()  # translated, not yet handed out
         self._failing_since: float | None = None
@@ -151,10 +154,12 @@ class BinlogStream:
             if now < self._retry_at:
                 time.sleep(min(self._retry_at, deadline) - now)
                 continue
-            if self._reader is None:
+            if self._frames is None:
                 self._reader = self._build_reader()
+                assert self._guard is not None
+                self._frames = FramePackets(self._reader, self._guard)
             try:
-                raw = self._reader.fetchone()
+                raw = self._frames.fetchone()
             except Exception as exc:  # classified below: fatal, transient, or a bug in decoding
                 self._on_failure(exc)
                 continue
@@ -227,6 +232,7 @@ class BinlogStream:
         )
 
     def _drop_reader(self) -> None:
+        self._frames = None
         if self._reader is not None:
             try:
                 self._reader.close()

@@ -72,6 +72,16 @@ def _cached_init(
     table_map[self.table_id] = self.table_obj
 
 
+def remembered(body: bytes) -> tuple[int, Any] | None:
+    """The table id and table of a table map body parsed before (what the library's reader maps), or None:
+    :mod:`gtidsnap.source.binlog.frame_packets` then needs no event object for it."""
+    known = _parsed.get(body)
+    if known is None:
+        return None
+    _parsed.move_to_end(body)
+    return known["table_id"], known["table_obj"]
+
+
 def _self_contained(event: TableMapEvent) -> bool:
     """Does the parse come from the bytes alone? Column names come with the event only where
     ``binlog_row_metadata`` is FULL; otherwise the library asks the server for them at each parse (the

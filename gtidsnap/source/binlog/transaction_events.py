@@ -35,7 +35,7 @@ def _query_init(
     self: QueryEvent, from_packet: Any, event_size: int, table_map: Any, ctl_connection: Any, **kw: Any
 ) -> None:
     body = event_body(from_packet, event_size)
-    fields = _begin_fields(body, kw.get("post_header_lengths")) if body is not None else None
+    fields = begin_fields(body, kw.get("post_header_lengths")) if body is not None else None
     if fields is None:
         _library_query_init(self, from_packet, event_size, table_map, ctl_connection, **kw)
         return
@@ -45,7 +45,7 @@ def _query_init(
     self.query = "BEGIN"
 
 
-def _begin_fields(body: bytes, post_header_lengths: Any) -> tuple[int, int, int, int, int, bytes] | None:
+def begin_fields(body: bytes, post_header_lengths: Any) -> tuple[int, int, int, int, int, bytes] | None:
     """The post-header and schema of a query event whose text is exactly ``BEGIN``; None otherwise."""
     header = QUERY_POST_HEADER.size
     declared = header

@@ -60,7 +60,7 @@ from pymysqlreplication.row_event import (
 
 from gtidsnap.core.column_values import plain_value
 from gtidsnap.core.errors import FatalSourceError
-from gtidsnap.core.gtid import Gtid, GtidSet, MariadbGtid, MysqlGtid
+from gtidsnap.core.gtid import Gtid, GtidSet, MariadbGtid
 from gtidsnap.core.model import (
     BinlogEvent,
     Heartbeat,
@@ -72,6 +72,14 @@ from gtidsnap.core.model import (
 )
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.source.binlog import row_images
+from gtidsnap.source.binlog.frame_packets import (
+    BEGIN_READ,
+    MARIADB_FL_STANDALONE,
+    XID_READ,
+    FrameRead,
+    GtidRead,
+    mysql_gtid,
+)
 from gtidsnap.source.binlog.library import UNSUPPORTED_EVENT_TYPES
 from gtidsnap.source.binlog.statements import classify_statement, ddl_tables, dml_tables, redact_statement
 from gtidsnap.source.binlog.values import row_values
@@ -93,8 +101,6 @@ EVENTS_READ = [
 
 SchemaOf = Callable[[TableId], TableSchema | None]
 Out = MutableSequence[BinlogEvent]
-
-_MARIADB_FL_STANDALONE = 0x01  # the GTID event's transaction has no BEGIN and no COMMIT/XID
 
 
 @dataclass
@@ -145,12 +151,21 @@ class EventTranslator:
         self._tx = None
 
     def translate(self, raw: Any, out: Out) -> None:
-        """Append to ``out`` what the raw library event ``raw`` means; events of other types are ignored."""
-        if isinstance(raw, GtidEvent):
-            self._begin(_mysql_gtid(raw), out, standalone=True)
+        """Append to ``out`` what ``raw`` means: a library event (events of other types are ignored) or
+        a framing packet read without one (:mod:`gtidsnap.source.binlog.frame_packets`)."""
+        kind = type(raw)
+        if kind is GtidRead:
+            self._begin(raw.gtid, out, standalone=raw.standalone)
+        elif kind is FrameRead:
+            if raw is XID_READ:
+                self._commit(out)
+            elif raw is BEGIN_READ:
+                self._open_tx("the statement 'BEGIN'").explicit = True
+        elif isinstance(raw, GtidEvent):
+            self._begin(mysql_gtid(raw.sid, raw.gno), out, standalone=True)  # never tagged: those stop
         elif isinstance(raw, MariadbGtidEvent):
             gtid = MariadbGtid(raw.domain_id, raw.server_id, raw.gtid_seq_no)
-            self._begin(gtid, out, standalone=bool(raw.flags & _MARIADB_FL_STANDALONE))
+            self._begin(gtid, out, standalone=bool(raw.flags & MARIADB_FL_STANDALONE))
         elif isinstance(raw, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
             self._rows(raw, out)
         elif isinstance(raw, XidEvent | XAPrepareEvent):
@@ -293,20 +308,6 @@ class EventTranslator:
                 self._produce(tx, SchemaChange(tx.gtid, tables, redact_statement(statement)), out)
             if not tx.explicit:
                 self._commit(out)
-
-
-_SERVER_UUIDS: dict[bytes, str] = {}  # a GTID event's 16 bytes of server id -> the UUID as text
-
-
-def _mysql_gtid(raw: GtidEvent) -> MysqlGtid:
-    """The event's GTID, as ``MysqlGtid.parse(raw.gtid)`` gives it, without writing the UUID as text and
-    parsing it back once a transaction (the library reads no tagged GTID: their events stop the stream)."""
-    uuid = _SERVER_UUIDS.get(raw.sid)
-    if uuid is None:
-        if len(_SERVER_UUIDS) > 1024:  # a replica sees a handful of servers; never grow without bound
-            _SERVER_UUIDS.clear()
-        uuid = _SERVER_UUIDS[raw.sid] = MysqlGtid.parse(raw.gtid).uuid
-    return MysqlGtid(uuid, "", raw.gno)
 
 
 def _decode(value: Any) -> str:
