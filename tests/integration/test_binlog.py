@@ -336,7 +336,7 @@ def test_table_maps_are_parsed_once_per_table_version(
     """Small transactions carry a table map each; the library parses a table's map once per version of
     the table (its bytes), the others are known by their bytes without an event object, and every row
     still decodes with its own version's columns."""
-    from gtidsnap.source.binlog import table_maps
+    from gtidsnap.source.binlog import rows_events, table_maps
 
     items = TableId(fresh_db, "maps")
     with pair.primary(fresh_db) as conn:
@@ -365,6 +365,15 @@ def test_table_maps_are_parsed_once_per_table_version(
         return found
 
     monkeypatch.setattr(table_maps, "remembered", looked_up)
+    framed_rows = rows_events.framed_rows_event
+    framed: list[bool] = []
+
+    def rows_framed(*args: Any) -> Any:
+        event = framed_rows(*args)
+        framed.append(event is not None)
+        return event
+
+    monkeypatch.setattr(rows_events, "framed_rows_event", rows_framed)
     stream = open_stream(start, items, heartbeat_s=HEARTBEAT_S)
     events = collect(stream, committed(after[-1]))
     rows = {e.gtid: e.after for e in events if isinstance(e, RowChange)}
@@ -375,6 +384,7 @@ def test_table_maps_are_parsed_once_per_table_version(
     assert 2 <= len(parsed) <= 6, f"the library parsed {len(parsed)} table maps of 81"
     # and the others never became a library event: read off the connection (frame_packets)
     assert sum(known) >= 81 - len(parsed) - 1, f"{sum(known)} table maps of 81 known by their bytes"
+    assert sum(framed) >= 76, f"{sum(framed)} rows events of 80 read without the library's wrapper call"
 
 
 def test_ddl_names_its_tables_and_is_its_own_transaction(

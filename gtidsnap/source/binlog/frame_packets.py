@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.constants.BINLOG import (
     GTID_LOG_EVENT,
     MARIADB_GTID_EVENT,
@@ -40,9 +41,10 @@ from pymysqlreplication.constants.BINLOG import (
     XID_EVENT,
 )
 from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gtidsnap.core.gtid import Gtid, MariadbGtid, MysqlGtid
-from gtidsnap.source.binlog import table_maps
+from gtidsnap.source.binlog import rows_events, table_maps
 from gtidsnap.source.binlog.library import DumpConnection, GuardedConnect, library_tested
 from gtidsnap.source.binlog.transaction_events import begin_fields
 
@@ -95,6 +97,7 @@ class FramePackets:
         self._reader = reader
         self._guard = guard
         self._dump: DumpConnection | None = None  # once the reader is connected
+        self._kw: dict[str, Any] | None = None  # see _event_kw
         allowed = getattr(reader, "_BinLogStreamReader__allowed_events_in_packet", None)
         classes = getattr(BinLogPacketWrapper, "_BinLogPacketWrapper__event_map", None)
         self._on = (
@@ -120,8 +123,13 @@ class FramePackets:
             if data[0] != 0 or len(data) < HEADER_SIZE:  # an EOF, or not an event: the library's
                 dump.push_back(packet)
                 return reader.fetchone()
-            _, _, event_type, server_id, event_size, log_pos, _ = EVENT_HEADER.unpack_from(data)
-            read = self._read(event_type, server_id, data, event_size)
+            _, timestamp, event_type, server_id, event_size, log_pos, flags = EVENT_HEADER.unpack_from(data)
+            rows_class = ROWS_CLASSES.get(event_type)
+            if rows_class is not None:
+                header = (timestamp, event_type, server_id, event_size, log_pos, flags)
+                read = rows_events.framed_rows_event(rows_class, packet, header, reader, self._event_kw())
+            else:
+                read = self._read(event_type, server_id, data, event_size)
             if read is None:
                 dump.push_back(packet)
                 return reader.fetchone()
@@ -157,6 +165,17 @@ class FramePackets:
             return BEGIN_READ if begin is not None else None
         return _DROPPED if event_type in self._dropped else None
 
+    def _event_kw(self) -> dict[str, Any]:
+        """The keywords the reader's ``fetchone`` gives an event (its settings, the server's version and
+        post-header lengths as its last format description gave them)."""
+        reader = self._reader
+        version, lengths = reader.mysql_version, getattr(reader, _PRIVATE + "post_header_lengths", None)
+        kw = self._kw
+        if kw is None or kw["mysql_version"] is not version or kw["post_header_lengths"] is not lengths:
+            kw = self._kw = {name: getattr(reader, _PRIVATE + name, None) for name in _READER_KW}
+            kw.update(mysql_version=version, post_header_lengths=lengths)
+        return kw
+
     def _body(self, data: bytes, event_size: int) -> bytes:
         """The event's body: after the header, before the checksum (as the library's parse sees it)."""
         checksum = 4 if getattr(self._reader, "_BinLogStreamReader__use_checksum", False) else 0
@@ -164,6 +183,28 @@ class FramePackets:
 
 
 _DROPPED = FrameRead("dropped")
+_PRIVATE = "_BinLogStreamReader__"
+_READER_KW = (  # the reader's own settings it passes every event (1.0.17's names)
+    "only_tables",
+    "ignored_tables",
+    "only_schemas",
+    "ignored_schemas",
+    "freeze_schema",
+    "ignore_decode_errors",
+    "verify_checksum",
+    "optional_meta_data",
+    "enable_logging",
+    "use_column_name_cache",
+    "use_checksum",
+)
+ROWS_CLASSES = {  # the rows events read here whole when plain (rows_events.framed_rows_event)
+    BINLOG.WRITE_ROWS_EVENT_V1: WriteRowsEvent,
+    BINLOG.WRITE_ROWS_EVENT_V2: WriteRowsEvent,
+    BINLOG.UPDATE_ROWS_EVENT_V1: UpdateRowsEvent,
+    BINLOG.UPDATE_ROWS_EVENT_V2: UpdateRowsEvent,
+    BINLOG.DELETE_ROWS_EVENT_V1: DeleteRowsEvent,
+    BINLOG.DELETE_ROWS_EVENT_V2: DeleteRowsEvent,
+}
 
 
 def _connected(reader: BinLogStreamReader) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.event import BinLogEvent
+from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gtidsnap.source.binlog.library import event_head, library_tested
@@ -74,35 +75,96 @@ def _fast(cls: type) -> Any:
         if found is None:
             library_init(self, from_packet, event_size, table_map, ctl_connection, **kw)
             return
-        head, table, count, size = found
         BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kw)
-        from_packet.read(size)  # the header, consumed as the library's reads consume it
-        width = (count + 7) // 8
-        post = size - 1 - bitmaps * width
-        self.__dict__.update(
-            _RowsEvent__rows=None,
-            _RowsEvent__only_tables=None,
-            _RowsEvent__ignored_tables=None,
-            _RowsEvent__only_schemas=None,
-            _RowsEvent__ignored_schemas=None,
-            _RowsEvent__use_column_name_cache=kw.get("use_column_name_cache", False),
-            _RowsEvent__enable_logging=kw.get("enable_logging", False),
-            _RowsEvent__none_sources={},
-            table_id=int.from_bytes(head[:6], "little"),
-            primary_key=table.primary_key,
-            schema=table.schema,
-            table=table.table,
-            flags=int.from_bytes(head[6:8], "little"),
-            number_of_columns=count,
-            columns=table.columns,
-            columns_present_bitmap=head[post + 1 : post + 1 + width],
-        )
-        if post == 10:
-            self.extra_data_length = 2
-        if bitmaps == 2:
-            self.columns_present_bitmap2 = head[post + 1 + width : size]
+        _read_plain_header(self, from_packet, found, bitmaps, kw)
 
     return init
+
+
+def _read_plain_header(self: Any, from_packet: Any, found: Any, bitmaps: int, kw: dict[str, Any]) -> None:
+    """What the library's rows event parse sets after its ``BinLogEvent`` part, from ``plain_header``."""
+    head, table, count, size = found
+    from_packet.read(size)  # the header, consumed as the library's reads consume it
+    width = (count + 7) // 8
+    post = size - 1 - bitmaps * width
+    self.__dict__.update(
+        _RowsEvent__rows=None,
+        _RowsEvent__only_tables=None,
+        _RowsEvent__ignored_tables=None,
+        _RowsEvent__only_schemas=None,
+        _RowsEvent__ignored_schemas=None,
+        _RowsEvent__use_column_name_cache=kw.get("use_column_name_cache", False),
+        _RowsEvent__enable_logging=kw.get("enable_logging", False),
+        _RowsEvent__none_sources={},
+        table_id=int.from_bytes(head[:6], "little"),
+        primary_key=table.primary_key,
+        schema=table.schema,
+        table=table.table,
+        flags=int.from_bytes(head[6:8], "little"),
+        number_of_columns=count,
+        columns=table.columns,
+        columns_present_bitmap=head[post + 1 : post + 1 + width],
+    )
+    if post == 10:
+        self.extra_data_length = 2
+    if bitmaps == 2:
+        self.columns_present_bitmap2 = head[post + 1 + width : size]
+
+
+def framed_rows_event(
+    cls: type, packet: Any, header: tuple[int, int, int, int, int, int], reader: Any, kw: dict[str, Any]
+) -> Any:
+    """A plain rows event of ``cls`` (Write/Update/DeleteRowsEvent) in the library's packet wrapper, both
+    made as the library makes them but without their keyword calls: for
+    :mod:`gtidsnap.source.binlog.frame_packets`, whose packet ``packet`` is, its header ``header``
+    (timestamp, type, server id, event size, next position, flags) read already. ``kw``: what the
+    reader's ``fetchone`` passes the event (no filter, no checksum check). None (the packet untouched)
+    for anything but a plain rows event (see ``plain_header``): the library's then."""
+    timestamp, event_type, server_id, size, log_pos, flags = header
+    ctl = reader._ctl_connection
+    wrapper = BinLogPacketWrapper.__new__(BinLogPacketWrapper)
+    wrapper.__dict__.update(
+        read_bytes=0,
+        _BinLogPacketWrapper__data_buffer=b"",
+        packet=packet,
+        charset=ctl.charset,
+        enable_logging=kw["enable_logging"],
+        use_column_name_cache=kw["use_column_name_cache"],
+        timestamp=timestamp,
+        event_type=event_type,
+        server_id=server_id,
+        event_size=size,
+        log_pos=log_pos,
+        flags=flags,
+        event=None,
+    )
+    event_size = size - (23 if kw["use_checksum"] else 19)
+    table_map = reader.table_map
+    packet._position = 20  # the OK byte and the event header, as the wrapper reads them
+    found = plain_header(wrapper, event_size, table_map, kw, 2 if cls is UpdateRowsEvent else 1)
+    if found is None or kw["verify_checksum"]:
+        packet._position = 0
+        return None
+    event: Any = object.__new__(cls)
+    event.__dict__.update(  # BinLogEvent.__init__, as it sets them
+        packet=wrapper,
+        table_map=table_map,
+        event_type=event_type,
+        timestamp=timestamp,
+        event_size=event_size,
+        _post_header_lengths=kw["post_header_lengths"],
+        _ctl_connection=ctl,
+        mysql_version=kw["mysql_version"],
+        _ignore_decode_errors=kw["ignore_decode_errors"],
+        _verify_checksum=False,
+        _is_event_valid=None,
+        _processed=True,
+        complete=True,
+        dbms=ctl._get_dbms(),
+    )
+    _read_plain_header(event, wrapper, found, 2 if cls is UpdateRowsEvent else 1, kw)
+    wrapper.event = event
+    return event
 
 
 def install() -> bool:

@@ -155,3 +155,56 @@ class _Unparsed:
 
 def _packet_wrapper(event_type: int, body: bytes) -> Any:
     return _Unparsed(event_type, body)
+
+
+class _Reader:
+    """What ``framed_rows_event`` reads of the library's reader."""
+
+    def __init__(self, table_map: dict[int, Any]) -> None:
+        self.table_map = table_map
+        self._ctl_connection = _Control()
+
+
+FRAMED_KW = dict(
+    mysql_version=MYSQL_VERSION, only_tables=None, ignored_tables=None, only_schemas=None,
+    ignored_schemas=None, freeze_schema=False, ignore_decode_errors=False, verify_checksum=False,
+    optional_meta_data=False, enable_logging=False, use_column_name_cache=False, use_checksum=True,
+    post_header_lengths=None,
+)  # fmt: skip
+
+
+@pytest.mark.usefixtures("library_and_ours")
+@given(
+    event_type=st.sampled_from(sorted(set(CLASSES) - {BINLOG.PARTIAL_UPDATE_ROWS_EVENT})),
+    flags=st.integers(0, 2**16 - 1),
+    count=st.integers(1, 300),
+    extra=st.booleans(),
+    known=st.booleans(),
+    data=st.data(),
+)
+def test_a_framed_rows_event_is_the_library_s_event_and_wrapper(
+    event_type: int, flags: int, count: int, extra: bool, known: bool, data: st.DataObject
+) -> None:
+    """Built without the wrapper's call (frame_packets): every attribute of the event and of its packet
+    wrapper as the library sets them, the rows left where they were; or None, the packet untouched."""
+    maps = 2 if CLASSES[event_type] is UpdateRowsEvent else 1
+    bitmaps = data.draw(st.binary(min_size=maps * ((count + 7) // 8), max_size=maps * ((count + 7) // 8)))
+    rows = data.draw(st.binary(min_size=0, max_size=80))
+    partition = b"\x01" + b"\x07\x00" * maps if extra and event_type in V2 else b""
+    body = _body(event_type, TABLE_ID, flags, count, bitmaps, partition, rows)
+    table_map = {TABLE_ID: _table(count)} if known else {}
+    library_wrapper, library_event = _parse(event_type, body, table_map, None)
+    packet = _packet(event_type, body)
+    header = struct.unpack_from("<xIBIIIH", packet._data)
+    event = rows_events.framed_rows_event(CLASSES[event_type], packet, header, _Reader(table_map), FRAMED_KW)
+    if event is None:
+        assert packet._position == 0  # untouched: the library reads it
+        assert not known or partition or count >= 251
+        return
+    assert _attributes(event) == _attributes(library_event)
+    assert event.table_map is table_map and event.packet.event is event
+    skip = ("packet", "event", "_BinLogPacketWrapper__data_buffer")
+    assert {k: v for k, v in vars(event.packet).items() if k not in skip} == {
+        k: v for k, v in vars(library_wrapper).items() if k not in skip
+    }
+    assert event.packet.read_all() == library_wrapper.packet.read_all()  # rows start where they did
