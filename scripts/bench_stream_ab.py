@@ -4,12 +4,13 @@ Why: part b measures gtidsnap beside Debezium once per run; a change to the stre
 judged better by the CPU the engine spends on the very same binlog changes, before and after, taken
 in turns so the machine's drift (this one's varies by 10-20% within an hour) falls on both alike.
 
-Per flavour and transaction size: one JSON-lines output is primed at the replica's set, N changes go
-into the binlog (part b's UPDATEs of ``bench.churn``), and the primed output (checkpoint and file) is
-kept. Then, ``--repeats`` times, each checkout streams those N changes from a copy of it with ``gtidsnap
-run --until-caught-up`` (the other commit's package from a ``git worktree``, put first on
-``PYTHONPATH``), alternating which goes first, and once more with nothing left to stream (its start-up
-and shutdown alone). Reported: the engine process's CPU seconds (user + system) per change with that
+Per flavour, ``--repeats`` turns; in each, per transaction size (the sizes alternate, their order
+reversed every other turn, so a drift of the machine falls on every size alike): one JSON-lines output
+is primed at the replica's set, N changes go into the binlog (part b's UPDATEs of ``bench.churn``), and
+each checkout streams those N changes from a copy of the primed output with ``gtidsnap run
+--until-caught-up`` (the other commit's package from a ``git worktree``, put first on ``PYTHONPATH``),
+alternating which goes first, and once more with nothing left to stream (its start-up and shutdown
+alone). Reported: the engine process's CPU seconds (user + system) per change with that
 fixed cost taken off, the rows/s over the run's work, and whether both checkouts wrote the same bytes.
 Results: ``scripts/results/stream-ab-<label>.json`` and ``.md``.
 
@@ -104,37 +105,59 @@ def profile_once(ctx: Context, primed: Path, table: str, profiler: str) -> None:
 
 
 def measure(
-    ctx: Context, checkouts: dict[str, Path], repeats: int, profile: str | None = None
-) -> dict[str, Any]:
+    contexts: list[Context], checkouts: dict[str, Path], repeats: int, profile: str | None = None
+) -> dict[int, dict[str, Any]]:
+    """Each transaction size of one flavour, in turns: a turn primes an output, writes that size's
+    changes and streams them with each checkout; the sizes alternate turn by turn (the machine's drift
+    falls on both, as it does on both checkouts), their order reversed every other turn."""
     table = f"{DATABASE}.{CHURN_TABLE}"
-    ensure_table(ctx.pair, CHURN_TABLE, CHURN_ROWS)  # loaded before priming: its load is no change
+    ensure_table(contexts[0].pair, CHURN_TABLE, CHURN_ROWS)  # loaded before priming: its load is no change
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {
+        c.tx_rows: {n: [] for n in checkouts} for c in contexts
+    }
+    written: dict[int, list[float]] = {c.tx_rows: [] for c in contexts}
+    outputs: dict[int, dict[str, Path]] = {c.tx_rows: {} for c in contexts}
+    for turn in range(repeats):
+        for ctx in contexts if turn % 2 == 0 else list(reversed(contexts)):
+            primed = prime(ctx, table)
+            written[ctx.tx_rows].append(generate_changes(ctx, ctx.rows)["write_s"])
+            order = list(checkouts) if turn % 2 == 0 else list(reversed(checkouts))
+            for name in order:
+                work = primed.parent / f"{primed.name}-{name}"
+                settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
+                settings["PYTHONPATH"] = str(checkouts[name])
+                quiet_s = wait_quiet(f"{ctx.flavor}, {ctx.tx_rows}-row tx, {name}")
+                run = stream_once(ctx, primed, work, settings, f"ab-{ctx.tx_rows}-{name}-{turn}")
+                run["quiet_wait_s"] = quiet_s
+                log.info("%s, %d-row tx, %s: %s", ctx.flavor, ctx.tx_rows, name, run)
+                runs[ctx.tx_rows][name].append(run)
+                outputs[ctx.tx_rows][name] = work / "changes.jsonl"
+            if profile and turn == repeats - 1:
+                profile_once(ctx, primed, table, profile)
+    return {
+        ctx.tx_rows: summary(ctx, runs[ctx.tx_rows], outputs[ctx.tx_rows], written[ctx.tx_rows])
+        for ctx in contexts
+    }
+
+
+def prime(ctx: Context, table: str) -> Path:
+    """An output caught up with the replica: what follows in the binlog is this turn's changes alone."""
     primed = ctx.work(f"ab-{ctx.tx_rows}-primed")
     settings = cli_run.cli_env(ctx.pair, primed, "jsonl", [table])
     cli_run.run(["run", "--until-caught-up"], settings, ctx.log_path(f"ab-{ctx.tx_rows}-prime"), ctx.timeout)
-    generated = generate_changes(ctx, ctx.rows)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
-    outputs: dict[str, Path] = {}
-    for turn in range(repeats):
-        order = list(checkouts) if turn % 2 == 0 else list(reversed(checkouts))
-        for name in order:
-            work = primed.parent / f"{primed.name}-{name}"
-            settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
-            settings["PYTHONPATH"] = str(checkouts[name])
-            quiet_s = wait_quiet(f"{ctx.flavor}, {ctx.tx_rows}-row tx, {name}")
-            run = stream_once(ctx, primed, work, settings, f"ab-{ctx.tx_rows}-{name}-{turn}")
-            run["quiet_wait_s"] = quiet_s
-            log.info("%s, %d-row tx, %s: %s", ctx.flavor, ctx.tx_rows, name, run)
-            runs[name].append(run)
-            outputs[name] = work / "changes.jsonl"
-    if profile:
-        profile_once(ctx, primed, table, profile)
+    return primed
+
+
+def summary(
+    ctx: Context, runs: dict[str, list[dict[str, Any]]], outputs: dict[str, Path], written: list[float]
+) -> dict[str, Any]:
     same = filecmp.cmp(*outputs.values(), shallow=False) if len(outputs) == 2 else None
     cost = {name: mean([r["us_per_change"] for r in got]) for name, got in runs.items()}
     rate = {name: mean([r["rows_per_s"] for r in got]) for name, got in runs.items()}
     return {
         "changes": ctx.rows,
         "rows_per_transaction": ctx.tx_rows,
-        "write_s": generated["write_s"],
+        "write_s": written,
         "runs": runs,
         "us_per_change": {name: round(value, 2) for name, value in cost.items()},
         "rows_per_s": {name: round(value, 1) for name, value in rate.items()},
@@ -222,11 +245,11 @@ def main() -> int:
     }
     try:
         for flavor in args.flavors:
-            for tx_rows in args.tx_rows:
-                ctx = Context(
-                    env.Pair.of(flavor), args.rows, 0, 0, 0.0, args.label, args.timeout, tx_rows=tx_rows
-                )
-                got = measure(ctx, checkouts, args.repeats, args.profile)
+            contexts = [
+                Context(env.Pair.of(flavor), args.rows, 0, 0, 0.0, args.label, args.timeout, tx_rows=tx_rows)
+                for tx_rows in args.tx_rows
+            ]
+            for tx_rows, got in measure(contexts, checkouts, args.repeats, args.profile).items():
                 results["results"][f"{flavor}-{tx_rows}"] = got
     finally:
         if base is not None:
