@@ -98,7 +98,7 @@ class FramePackets:
         self._guard = guard
         self._dump: DumpConnection | None = None  # once the reader is connected
         self._kw: dict[str, Any] | None = None  # see _event_kw
-        allowed = getattr(reader, "_BinLogStreamReader__allowed_events_in_packet", None)
+        allowed = getattr(reader, _PRIVATE + "allowed_events_in_packet", None)
         classes = getattr(BinLogPacketWrapper, "_BinLogPacketWrapper__event_map", None)
         self._on = (
             library_tested()
@@ -160,8 +160,8 @@ class FramePackets:
             self._reader.table_map[table_id] = table
             return _DROPPED
         if event_type == QUERY_EVENT:
-            post_header_lengths = getattr(self._reader, "_BinLogStreamReader__post_header_lengths", None)
-            begin = begin_fields(self._body(data, event_size), post_header_lengths)
+            lengths = self._event_kw()["post_header_lengths"]
+            begin = begin_fields(self._body(data, event_size), lengths)
             return BEGIN_READ if begin is not None else None
         return _DROPPED if event_type in self._dropped else None
 
@@ -178,7 +178,7 @@ class FramePackets:
 
     def _body(self, data: bytes, event_size: int) -> bytes:
         """The event's body: after the header, before the checksum (as the library's parse sees it)."""
-        checksum = 4 if getattr(self._reader, "_BinLogStreamReader__use_checksum", False) else 0
+        checksum = 4 if self._event_kw()["use_checksum"] else 0
         return data[HEADER_SIZE : HEADER_SIZE + event_size - 19 - checksum]
 
 
@@ -209,6 +209,6 @@ ROWS_CLASSES = {  # the rows events read here whole when plain (rows_events.fram
 
 def _connected(reader: BinLogStreamReader) -> bool:
     return bool(
-        getattr(reader, "_BinLogStreamReader__connected_stream", False)
-        and getattr(reader, "_BinLogStreamReader__connected_ctl", False)
+        getattr(reader, _PRIVATE + "connected_stream", False)
+        and getattr(reader, _PRIVATE + "connected_ctl", False)
     )

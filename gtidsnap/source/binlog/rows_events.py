@@ -139,9 +139,9 @@ def framed_rows_event(
         event=None,
     )
     event_size = size - (23 if kw["use_checksum"] else 19)
-    table_map = reader.table_map
+    table_map, bitmaps = reader.table_map, 2 if cls is UpdateRowsEvent else 1
     packet._position = 20  # the OK byte and the event header, as the wrapper reads them
-    found = plain_header(wrapper, event_size, table_map, kw, 2 if cls is UpdateRowsEvent else 1)
+    found = plain_header(wrapper, event_size, table_map, kw, bitmaps)
     if found is None or kw["verify_checksum"]:
         packet._position = 0
         return None
@@ -162,7 +162,7 @@ def framed_rows_event(
         complete=True,
         dbms=ctl._get_dbms(),
     )
-    _read_plain_header(event, wrapper, found, 2 if cls is UpdateRowsEvent else 1, kw)
+    _read_plain_header(event, wrapper, found, bitmaps, kw)
     wrapper.event = event
     return event
 
