@@ -40,20 +40,18 @@ results" flag kept on the result). The last row's payload comes back too, so the
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
 from pymysql import converters as pymysql_converters
-from pymysql import err as pymysql_err
-from pymysql.constants import CR
 from pymysql.protocol import EOFPacketWrapper, MysqlPacket
 
 from gtidsnap.core.column_values import INTEGER_TYPES, TEXT_TYPES, plain_value
 from gtidsnap.core.model import Key
 from gtidsnap.core.schema import TableSchema
+from gtidsnap.source.socket_packets import MAX_PACKET, long_payload, read_block, wrong_sequence
 
 Convert = Callable[[Any], Any]
 FieldConverter = tuple[str | None, Convert | None]  # PyMySQL's (encoding, converter) of one field
@@ -139,10 +137,6 @@ def long_field(d: bytes, p: int) -> tuple[bytes, int]:
     return d[start : start + n], start + n
 
 
-MAX_PACKET = 2**24 - 1  # a payload this long continues in the next packet
-READ_BLOCK = 1 << 18  # bytes asked of the socket at a time
-
-
 def read_result_rows(
     conn: Any, result: Any, parse: ParseRow
 ) -> tuple[list[tuple[Key, dict[str, Any]]], bytes | None]:
@@ -155,7 +149,7 @@ def read_result_rows(
     append = rows.append
     last: tuple[bytes, int, int] | None = None  # the buffer holding the last row's payload, and where
     while True:
-        block = _read_block(conn, rfile)
+        block = read_block(conn, rfile)
         buf = buf[p:] + block if p < len(buf) else block
         p, end = 0, len(buf)
         while p + 4 <= end:
@@ -164,11 +158,11 @@ def read_result_rows(
             if q > end:
                 break  # the packet's rest is in the next block
             if buf[p + 3] != seq:
-                _wrong_sequence(conn, buf[p + 3], seq)
+                wrong_sequence(conn, buf[p + 3], seq)
             seq = (seq + 1) & 0xFF
             start = p + 4
             if n == MAX_PACKET:  # a payload of 16 MiB or more: gather it, then go on after it
-                payload, p, seq, buf = _long_payload(conn, rfile, buf, p, seq)
+                payload, p, seq, buf = long_payload(conn, rfile, buf, p, seq)
                 append(parse(payload, 0))
                 last, end = (payload, 0, len(payload)), len(buf)
                 continue
@@ -184,57 +178,6 @@ def read_result_rows(
             append(parse(buf, start))
             last = (buf, start, q)
             p = q
-
-
-def _read_block(conn: Any, rfile: Any) -> bytes:
-    """What the socket has (at most ``READ_BLOCK`` bytes), as PyMySQL's ``_read_bytes`` reads: a lost
-    connection closes it and is ``OperationalError`` 2013."""
-    while True:
-        try:
-            data: bytes = rfile.read1(READ_BLOCK)
-            break
-        except OSError as exc:
-            if exc.errno == errno.EINTR:
-                continue
-            conn._force_close()
-            raise pymysql_err.OperationalError(
-                CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({exc})"
-            ) from exc
-        except BaseException:
-            conn._force_close()
-            raise
-    if not data:
-        conn._force_close()
-        raise pymysql_err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
-    return data
-
-
-def _wrong_sequence(conn: Any, got: int, expected: int) -> None:
-    conn._force_close()
-    if got == 0:  # MariaDB sends an error packet numbered 0 when it shuts down
-        raise pymysql_err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
-    raise pymysql_err.InternalError(f"Packet sequence number wrong - got {got} expected {expected}")
-
-
-def _long_payload(conn: Any, rfile: Any, buf: bytes, p: int, seq: int) -> tuple[bytes, int, int, bytes]:
-    """A payload split into 16 MiB packets, the first at ``p``: the whole payload, where the packet after
-    it starts, the next sequence number, and the buffer (blocks read meanwhile appended)."""
-    parts: list[bytes] = []
-    n = MAX_PACKET
-    while True:
-        q = p + 4 + n
-        while q > len(buf):
-            buf += _read_block(conn, rfile)
-        parts.append(buf[p + 4 : q])
-        p = q
-        if n < MAX_PACKET:
-            return b"".join(parts), p, seq, buf
-        while p + 4 > len(buf):
-            buf += _read_block(conn, rfile)
-        n = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16
-        if buf[p + 3] != seq:
-            _wrong_sequence(conn, buf[p + 3], seq)
-        seq = (seq + 1) & 0xFF
 
 
 def _finish(result: Any, eof: MysqlPacket) -> None:

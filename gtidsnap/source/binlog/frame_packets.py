@@ -5,7 +5,8 @@ A transaction of a few rows arrives as a handful of packets that frame one rows 
 python-mysql-replication builds a packet wrapper and an event object (a dozen keyword arguments, as
 many attributes) and runs its per-packet bookkeeping: in a stream of 10-row transactions that was 60% of
 what each transaction cost beyond its rows. :class:`FramePackets` reads the next packet itself
-and keeps for itself what it can read in one step from the bytes:
+and keeps for itself what it can read in one step from the bytes (which the connection cuts out of
+blocks of the socket's bytes, without a packet object: :meth:`DumpConnection.read_payload`):
 
 - a GTID event (MariaDB's, MySQL's untagged one): :class:`GtidRead`, the GTID and whether the
   transaction stands alone;
@@ -31,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from pymysql.connections import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.constants.BINLOG import (
@@ -118,20 +120,21 @@ class FramePackets:
                 return reader.fetchone()
             dump = self._dump = self._guard.dump
         while True:
-            packet = dump._read_packet()
-            data = packet._data
-            if data[0] != 0 or len(data) < HEADER_SIZE:  # an EOF, or not an event: the library's
-                dump.push_back(packet)
+            data = dump.read_payload()
+            if len(data) < HEADER_SIZE or data[0] != 0:  # an EOF, or not an event: the library's
+                dump.push_back(MysqlPacket(data, dump.encoding))
                 return reader.fetchone()
             _, timestamp, event_type, server_id, event_size, log_pos, flags = EVENT_HEADER.unpack_from(data)
             rows_class = ROWS_CLASSES.get(event_type)
+            packet = None
             if rows_class is not None:
+                packet = MysqlPacket(data, dump.encoding)
                 header = (timestamp, event_type, server_id, event_size, log_pos, flags)
                 read = rows_events.framed_rows_event(rows_class, packet, header, reader, self._event_kw())
             else:
                 read = self._read(event_type, server_id, data, event_size)
             if read is None:
-                dump.push_back(packet)
+                dump.push_back(packet if packet is not None else MysqlPacket(data, dump.encoding))
                 return reader.fetchone()
             if log_pos:
                 reader.log_pos = log_pos

@@ -14,6 +14,8 @@ from typing import Any
 import pymysql
 from pymysql.connections import MysqlPacket
 
+from gtidsnap.source.socket_packets import PacketBlocks
+
 # The library versions whose internals gtidsnap's patches rely on (table_maps, *_events).
 TESTED_VERSIONS = ("1.0.17",)
 
@@ -43,19 +45,38 @@ class LibraryReconnect(Exception):
 
 
 class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
-    """PyMySQL's connection, with one packet that can be given back to be read again, by the library's
-    ``fetchone`` (:mod:`gtidsnap.source.binlog.frame_packets` reads some packets before it)."""
+    """PyMySQL's connection, its packets cut out of blocks of the socket's bytes once
+    :meth:`read_payload` is first called (:class:`gtidsnap.source.socket_packets.PacketBlocks`), with one
+    packet that can be given back to be read again by the library's ``fetchone``
+    (:mod:`gtidsnap.source.binlog.frame_packets` reads packets before it, most without a packet object)."""
 
     _pushed: MysqlPacket | None = None
+    _blocks: PacketBlocks | None = None
 
     def push_back(self, packet: MysqlPacket) -> None:
         self._pushed = packet
+
+    def read_payload(self) -> bytes:
+        """The next packet's bytes; an error packet raises, as PyMySQL's ``_read_packet`` raises it."""
+        pushed = self._pushed
+        if pushed is not None:
+            self._pushed = None
+            return bytes(pushed._data)
+        blocks = self._blocks
+        if blocks is None:
+            blocks = self._blocks = PacketBlocks(self)
+        payload = blocks.payload()
+        if payload[:1] == b"\xff":
+            MysqlPacket(payload, self.encoding).raise_for_error()
+        return payload
 
     def _read_packet(self, packet_type: Any = MysqlPacket) -> MysqlPacket:
         pushed = self._pushed
         if pushed is not None:
             self._pushed = None
             return pushed
+        if self._blocks is not None:  # bytes read ahead: from here on every packet is cut from them
+            return packet_type(self.read_payload(), self.encoding)
         return super()._read_packet(packet_type)
 
 

@@ -1,12 +1,13 @@
 """Framing packets read without the library's event objects give what the library's own read gives.
 
 A real ``BinLogStreamReader`` (1.0.17), marked connected, reads scripted packets from a dump connection
-that is gtidsnap's :class:`DumpConnection` over a list; the same packets go once through its plain
+that is gtidsnap's :class:`DumpConnection` over a socket's bytes; the same packets go once through its plain
 ``fetchone`` and once through :class:`FramePackets`. What the translator reads of each must be equal,
 the reader's position too, and the framing packets must not have reached the library."""
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pymysql.connections import Connection, MysqlPacket
+from pymysql.connections import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants.BINLOG import (
     GTID_LOG_EVENT,
@@ -50,21 +51,24 @@ class _Control:
         return "mysql"
 
 
-class _Scripted(Connection):  # type: ignore[misc]
-    """Below :class:`DumpConnection` in the order of classes: the packets the server would send."""
+class _Dump(DumpConnection):  # type: ignore[misc]
+    """A dump connection whose socket holds the packets the server would send, each with its 4-byte
+    header (length, sequence number), read by PyMySQL's own ``_read_packet`` or cut out of blocks."""
 
     def __init__(self, packets: list[MysqlPacket]) -> None:
-        self.packets = packets
-        self.reads = 0
+        wire = b"".join(
+            len(p._data).to_bytes(3, "little") + bytes([seq % 256]) + p._data for seq, p in enumerate(packets)
+        )
+        self._rfile = io.BufferedReader(io.BytesIO(wire))  # type: ignore[arg-type]
+        self._next_seq_id = 0
+        self._read_timeout = self._current_timeout = None
+        self._result = None
+        self.encoding = "utf8"
 
-    def _read_packet(self, packet_type: Any = MysqlPacket) -> MysqlPacket:
-        self.reads += 1
-        return self.packets.pop(0)
-
-
-class _Dump(DumpConnection, _Scripted):  # type: ignore[misc]
-    def __init__(self, packets: list[MysqlPacket]) -> None:
-        _Scripted.__init__(self, packets)
+    @property
+    def reads(self) -> int:
+        """Packets read off the socket (a packet given back and read again is read once)."""
+        return self._next_seq_id
 
 
 def _packet(event_type: int, body: bytes, log_pos: int) -> MysqlPacket:

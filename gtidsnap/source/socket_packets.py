@@ -1,0 +1,115 @@
+"""MySQL protocol packets cut out of blocks of a connection's socket bytes.
+
+PyMySQL reads a packet in two buffered reads (its 4-byte header, then its payload), unpacks the header,
+checks the sequence number, joins the parts and wraps them in a packet object: a few microseconds of
+interpreter time a packet, which is most of what a small packet costs. Where packets come in long runs
+(a chunk's result rows, a binlog dump) they are cut here out of blocks of whatever the socket has, with
+the same checks and the same outcomes as PyMySQL's ``_read_packet``: each packet's sequence number, a
+payload split at 16 MiB, the connection lost (closed, then ``OperationalError`` 2013). An error packet
+is the caller's to raise (it knows what the connection was doing).
+
+Used by :mod:`gtidsnap.source.result_rows` (chunk reads) and
+:class:`gtidsnap.source.binlog.library.DumpConnection` (the binlog stream).
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any, NoReturn
+
+from pymysql import err as pymysql_err
+from pymysql.constants import CR
+
+MAX_PACKET = 2**24 - 1  # a payload this long continues in the next packet
+READ_BLOCK = 1 << 18  # bytes asked of the socket at a time
+
+
+def read_block(conn: Any, rfile: Any) -> bytes:
+    """What the socket has (at most ``READ_BLOCK`` bytes; waits only while it has nothing), as PyMySQL's
+    ``_read_bytes`` reads: a lost connection closes it and is ``OperationalError`` 2013."""
+    while True:
+        try:
+            data: bytes = rfile.read1(READ_BLOCK)
+            break
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                continue
+            conn._force_close()
+            raise pymysql_err.OperationalError(
+                CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({exc})"
+            ) from exc
+        except BaseException:
+            conn._force_close()
+            raise
+    if not data:
+        conn._force_close()
+        raise pymysql_err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+    return data
+
+
+def wrong_sequence(conn: Any, got: int, expected: int) -> NoReturn:
+    """PyMySQL's outcome of a packet out of sequence: the connection closed, and its error."""
+    conn._force_close()
+    if got == 0:  # MariaDB sends an error packet numbered 0 when it shuts down
+        raise pymysql_err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+    raise pymysql_err.InternalError(f"Packet sequence number wrong - got {got} expected {expected}")
+
+
+def long_payload(conn: Any, rfile: Any, buf: bytes, p: int, seq: int) -> tuple[bytes, int, int, bytes]:
+    """A payload split into 16 MiB packets, the first at ``p`` (its sequence number checked already,
+    ``seq`` the next one expected): the whole payload, where the packet after it starts, the next
+    sequence number, and the buffer (blocks read meanwhile appended)."""
+    parts: list[bytes] = []
+    n = MAX_PACKET
+    while True:
+        q = p + 4 + n
+        while q > len(buf):
+            buf += read_block(conn, rfile)
+        parts.append(buf[p + 4 : q])
+        p = q
+        if n < MAX_PACKET:
+            return b"".join(parts), p, seq, buf
+        while p + 4 > len(buf):
+            buf += read_block(conn, rfile)
+        n = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16
+        if buf[p + 3] != seq:
+            wrong_sequence(conn, buf[p + 3], seq)
+        seq = (seq + 1) & 0xFF
+
+
+class PacketBlocks:
+    """The packets of one connection, one payload at a time, cut out of blocks read ahead: once this
+    reads a connection, every read of it must come through here (the block holds bytes PyMySQL's own
+    reads would never see)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._buf = b""
+        self._at = 0  # where the next packet starts in ``_buf``
+
+    def payload(self) -> bytes:
+        """The next packet's payload (a split one whole); waits for the socket only when the block has
+        no whole packet left."""
+        buf, p, conn = self._buf, self._at, self._conn
+        while True:
+            end = len(buf)
+            if p + 4 <= end:
+                n = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16
+                q = p + 4 + n
+                if q <= end or n == MAX_PACKET:
+                    seq = conn._next_seq_id
+                    if buf[p + 3] != seq:
+                        self._buf, self._at = b"", 0
+                        wrong_sequence(conn, buf[p + 3], seq)
+                    if n == MAX_PACKET:
+                        payload, q, conn._next_seq_id, buf = long_payload(
+                            conn, conn._rfile, buf, p, (seq + 1) & 0xFF
+                        )
+                        self._buf, self._at = buf, q
+                        return payload
+                    conn._next_seq_id = (seq + 1) & 0xFF
+                    self._buf, self._at = buf, q
+                    return buf[p + 4 : q]
+            block = read_block(conn, conn._rfile)
+            buf = buf[p:] + block if p < end else block
+            p = 0

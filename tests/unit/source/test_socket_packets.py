@@ -1,0 +1,135 @@
+"""Packets cut out of blocks of a socket's bytes are PyMySQL's packets, with PyMySQL's errors.
+
+The same bytes, arriving in pieces of any size, go once through PyMySQL's own ``_read_packet`` and once
+through :class:`PacketBlocks` (and :class:`DumpConnection`, which reads with it): the payloads, the
+sequence numbers after them and every failure must be the same."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pymysql
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pymysql.connections import Connection
+
+from gtidsnap.source.binlog.library import DumpConnection
+from gtidsnap.source.socket_packets import MAX_PACKET, PacketBlocks
+
+
+class Trickle(io.RawIOBase):
+    """A socket that hands out what it holds in pieces of the given sizes (then all the rest)."""
+
+    def __init__(self, data: bytes, sizes: list[int]) -> None:
+        self.data, self.sizes = data, list(sizes)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self.sizes.pop(0) if self.sizes else len(self.data), len(self.data))
+        b[:n] = self.data[:n]
+        self.data = self.data[n:]
+        return n
+
+
+class Wired(DumpConnection):  # type: ignore[misc]
+    """A connection over ``data`` (PyMySQL's own reads work on it too: this skips only its connect)."""
+
+    def __init__(self, data: bytes, sizes: list[int], seq: int) -> None:
+        self._rfile = io.BufferedReader(Trickle(data, sizes), buffer_size=7)
+        self._next_seq_id = seq
+        self._read_timeout = self._current_timeout = None
+        self._result = None
+        self._sock = None
+        self.encoding = "utf8"
+        self.closed = False
+
+    def _force_close(self) -> None:
+        self.closed = True
+
+
+def wire(payloads: list[bytes], seq: int) -> bytes:
+    """Each payload as packets (split at 16 MiB), numbered on from ``seq``."""
+    out = []
+    for payload in payloads:
+        while True:
+            part, payload = payload[:MAX_PACKET], payload[MAX_PACKET:]
+            out.append(len(part).to_bytes(3, "little") + bytes([seq]) + part)
+            seq = (seq + 1) & 0xFF
+            if len(part) < MAX_PACKET:
+                break
+    return b"".join(out)
+
+
+def pymysql_reads(conn: Connection, count: int) -> list[bytes]:
+    return [bytes(Connection._read_packet(conn)._data) for _ in range(count)]
+
+
+def block_reads(conn: Connection, count: int) -> list[bytes]:
+    blocks = PacketBlocks(conn)
+    return [blocks.payload() for _ in range(count)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=40).filter(lambda b: b[:1] != b"\xff"), min_size=1, max_size=20),
+    st.integers(0, 255),
+    st.lists(st.integers(1, 30), max_size=30),
+)
+def test_payloads_are_pymysqls_whatever_the_pieces(payloads: list[bytes], seq: int, sizes: list[int]) -> None:
+    data = wire(payloads, seq)
+    theirs = Wired(data, sizes, seq)
+    expected = pymysql_reads(theirs, len(payloads))
+    ours = Wired(data, sizes, seq)
+    blocks = PacketBlocks(ours)
+    assert [blocks.payload() for _ in range(len(payloads))] == expected == payloads
+    assert ours._next_seq_id == theirs._next_seq_id and not ours.closed
+
+
+def test_a_payload_of_16_mib_or_more_is_whole() -> None:
+    payloads = [b"a" * (MAX_PACKET - 1), b"c" * (MAX_PACKET + 5), b"d"]
+    conn = Wired(wire(payloads, 250), [70_000] * 5, 250)
+    blocks = PacketBlocks(conn)
+    assert [blocks.payload() for _ in payloads] == payloads
+    assert conn._next_seq_id == (250 + 1 + 2 + 1) & 0xFF
+
+
+@pytest.mark.parametrize(("got", "error", "code"), [(0, pymysql.err.OperationalError, 2013),
+                                                    (9, pymysql.err.InternalError, None)])  # fmt: skip
+def test_a_packet_out_of_sequence_is_pymysqls_error(
+    got: int, error: type[Exception], code: int | None
+) -> None:
+    data = wire([b"ok"], 4) + wire([b"late"], got)
+    for read in (lambda c: pymysql_reads(c, 2), lambda c: block_reads(c, 2)):
+        conn = Wired(data, [], 4)
+        with pytest.raises(error) as raised:
+            read(conn)
+        assert conn.closed
+        if code is not None:
+            assert raised.value.args[0] == code
+
+
+@pytest.mark.parametrize("cut", [0, 2, 5, 7])
+def test_a_connection_lost_mid_packet_is_closed_and_2013(cut: int) -> None:
+    data = wire([b"first", b"second"], 1)[: len(wire([b"first"], 1)) + cut]
+    conn = Wired(data, [3], 1)
+    blocks = PacketBlocks(conn)
+    assert blocks.payload() == b"first"
+    with pytest.raises(pymysql.err.OperationalError) as raised:
+        blocks.payload()
+    assert raised.value.args[0] == 2013 and conn.closed
+
+
+def test_the_dump_connection_raises_an_error_packet_and_reads_on_from_its_blocks() -> None:
+    error = b"\xff" + (1236).to_bytes(2, "little") + b"#HY000Could not find first log file name"
+    conn = Wired(wire([b"\x00event", b"\x00next", b"\x00last", error], 1), [], 1)
+    assert conn.read_payload() == b"\x00event"
+    assert conn._read_packet()._data == b"\x00next"  # the library's read: from the same blocks
+    conn.push_back(conn._read_packet())
+    assert conn.read_payload() == b"\x00last"  # the packet given back, read again
+    with pytest.raises(pymysql.err.OperationalError) as raised:
+        conn.read_payload()
+    assert raised.value.args[0] == 1236
