@@ -121,8 +121,11 @@ class Commits:
         """Is a commit due (``snapshotting``: a snapshot is being read, its own interval applies)?
         Rows of read chunks (compact: columns or encoded lines) count toward ``snapshot_batch_rows``
         where it is set, other records toward ``batch_rows``."""
-        busy = self._background is not None and self._background.busy
         since = time.monotonic() - self._last_at
+        quiet = not snapshotting and not self.chunk_rows and self.uncommitted < settings.batch_rows
+        if quiet and since < settings.checkpoint_interval_s:  # asked once a streamed transaction: mostly no
+            return False
+        busy = self._background is not None and self._background.busy
         interval = settings.checkpoint_interval_s
         if snapshotting and settings.snapshot_interval_s is not None:
             interval = settings.snapshot_interval_s

@@ -100,6 +100,7 @@ EVENTS_READ = [
 ]
 
 SchemaOf = Callable[[TableId], TableSchema | None]
+_MOST_TABLE_IDS = 4096  # table names remembered (a binlog's tables are few; never grow without bound)
 Out = MutableSequence[BinlogEvent]
 
 
@@ -127,6 +128,7 @@ class EventTranslator:
         # The transaction the consumer is inside: its GTID and how many events after its TxBegin it got.
         self._open: tuple[Gtid, int] | None = None
         self._tx: _Tx | None = None
+        self._tables: dict[tuple[str, str], TableId] = {}  # (schema, table) of a rows event -> its TableId
 
     @property
     def processed(self) -> GtidSet:
@@ -232,7 +234,12 @@ class EventTranslator:
         tx = self._open_tx(f"a row event of {raw.schema}.{raw.table}")
         if tx.skip:
             return
-        table = TableId(raw.schema, raw.table)
+        names = (raw.schema, raw.table)
+        table = self._tables.get(names)
+        if table is None:  # one TableId a table, not one a rows event
+            if len(self._tables) >= _MOST_TABLE_IDS:
+                self._tables.clear()
+            table = self._tables[names] = TableId(*names)
         schema = self._schema_of(table)
         if schema is None:
             return  # not captured: its rows are never decoded
