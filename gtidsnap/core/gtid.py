@@ -347,14 +347,15 @@ class MysqlGtidSet(GtidSet):
     def add(self, gtid: Gtid) -> MysqlGtidSet:
         if not isinstance(gtid, MysqlGtid):
             raise TypeError(f"cannot add {gtid!r} to a MySQL GTID set")
-        intervals = self._sets.get(gtid.source)
+        source, gno = gtid.source, gtid.gno
+        intervals = self._sets.get(source)
         if intervals:
             start, end = intervals[-1]
-            if start <= gtid.gno <= end:
+            if start <= gno <= end:
                 return self
-            if gtid.gno == end + 1:  # the usual case: the next transaction of a source
-                return self._with_source(gtid.source, (*intervals[:-1], (start, gtid.gno)))
-        return self | MysqlGtidSet({gtid.source: [(gtid.gno, gtid.gno)]})
+            if gno == end + 1:  # the usual case: the next transaction of a source
+                return self._with_source(source, (*intervals[:-1], (start, gno)))
+        return self | MysqlGtidSet({source: [(gno, gno)]})
 
     def _origin(self, source: Any) -> str:
         return str(source[0])  # the server UUID (a tag is the same server's)

@@ -161,7 +161,7 @@ class Engine(LoopCommands):
         chunks = self._chunks = ChunkPlanner(
             self.replica, self.readers, self.schemas, start, render=render, stats=self.stats
         )
-        pump = PumpedStream(ShapesForgotten(stream, self.schemas))  # pumped while readers work
+        pump = PumpedStream(ShapesForgotten(stream, self.schemas), stream)  # pumped while readers work
         try:
             while not self._stop:
                 self.stats.tick_at = time.monotonic()  # liveness (/healthz)
@@ -194,9 +194,7 @@ class Engine(LoopCommands):
                 # readers at work: look again soon; otherwise wait as long as commands allow
                 event = pump.next(0.002 if chunks.busy else 0.1)
                 if event is not None:
-                    self._transaction(
-                        event, lambda: pump.next(0.1), partial(self._streaming_on, pump, target)
-                    )
+                    self._transaction(event, pump.reader(0.1), partial(self._streaming_on, pump, target))
                 if not self._in_tx and self._commits.due(self.settings, self._snapshotting()):
                     self._commit()
             if not self._in_tx:

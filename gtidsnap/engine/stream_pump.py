@@ -35,8 +35,9 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from gtidsnap.core.errors import SourceError
 from gtidsnap.core.model import BinlogEvent, Heartbeat, SchemaChange, TxCommit
@@ -210,8 +211,11 @@ class PumpedStream:
     for events and finished reads together). Two Python threads sharing the interpreter cost the
     stream about a quarter of its rate, so the stream alone is read directly."""
 
-    def __init__(self, stream: StreamPort) -> None:
+    def __init__(self, stream: StreamPort, direct: StreamPort | None = None) -> None:
+        """``direct``: the stream as the caller's thread reads it, if not ``stream`` (what only a pump
+        thread reading ahead needs, such as :class:`ShapesForgotten`, left out)."""
         self._stream = stream
+        self._direct = direct if direct is not None else stream
         self._pump: StreamPump | None = None
         self._backlog: deque[BinlogEvent] = deque()  # read by a detached pump, not taken yet
         self._failure: BaseException | None = None  # met by a detached pump after its backlog
@@ -228,7 +232,15 @@ class PumpedStream:
             return self._backlog.popleft()
         if self._failure is not None:
             raise self._failure
-        return self._stream.next()
+        return self._direct.next()
+
+    def reader(self, timeout_s: float) -> Callable[[], BinlogEvent | None]:
+        """What reads the next events until the next :meth:`pump` or :meth:`unpump`: the stream's own
+        ``next`` while nothing stands before it (no pump, backlog or failure), else :meth:`next` with
+        ``timeout_s`` (one call less an event, for the loop's bursts of transactions)."""
+        if self._pump is None and not self._backlog and self._failure is None:
+            return self._direct.next
+        return partial(self.next, timeout_s)
 
     def pump(self) -> None:
         """Read the stream on a thread from now on (a no-op if it is, or if it failed already)."""

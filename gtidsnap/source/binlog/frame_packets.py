@@ -156,15 +156,15 @@ class FramePackets:
             _, sid, gno = MYSQL_GTID_HEAD.unpack_from(data, HEADER_SIZE)
             return GtidRead(mysql_gtid(sid, gno), True)
         if event_type == TABLE_MAP_EVENT:
-            known = table_maps.remembered(self._body(data, event_size))
+            known = table_maps.remembered(self._body(data, event_size, self._event_kw()))
             if known is None:
                 return None
             table_id, table = known
             self._reader.table_map[table_id] = table
             return _DROPPED
         if event_type == QUERY_EVENT:
-            lengths = self._event_kw()["post_header_lengths"]
-            begin = begin_fields(self._body(data, event_size), lengths)
+            kw = self._event_kw()
+            begin = begin_fields(self._body(data, event_size, kw), kw["post_header_lengths"])
             return BEGIN_READ if begin is not None else None
         return _DROPPED if event_type in self._dropped else None
 
@@ -179,9 +179,10 @@ class FramePackets:
             kw.update(mysql_version=version, post_header_lengths=lengths)
         return kw
 
-    def _body(self, data: bytes, event_size: int) -> bytes:
+    @staticmethod
+    def _body(data: bytes, event_size: int, kw: dict[str, Any]) -> bytes:
         """The event's body: after the header, before the checksum (as the library's parse sees it)."""
-        checksum = 4 if self._event_kw()["use_checksum"] else 0
+        checksum = 4 if kw["use_checksum"] else 0
         return data[HEADER_SIZE : HEADER_SIZE + event_size - 19 - checksum]
 
 

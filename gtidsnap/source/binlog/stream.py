@@ -142,11 +142,16 @@ class BinlogStream:
         every ``heartbeat_s``, so None means the source is unreachable or busy with skipped events)."""
         if self._closed:
             raise FatalSourceError(f"the binlog stream of {self._settings.describe()} is closed")
+        pending = self._pending
+        if pending:  # most calls: a transaction's events were translated together
+            event = pending.popleft()
+            self._translator.handed_out(event)  # what the consumer has is what counts
+            return event
         deadline = time.monotonic() + self._heartbeat_s
         while True:
-            if self._pending:
-                event = self._pending.popleft()
-                self._translator.handed_out(event)  # what the consumer has is what counts
+            if pending:
+                event = pending.popleft()
+                self._translator.handed_out(event)
                 return event
             now = time.monotonic()
             if now >= deadline:

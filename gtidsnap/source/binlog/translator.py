@@ -39,7 +39,6 @@ missing because ``binlog_row_metadata`` is not FULL, and partial JSON updates.
 from __future__ import annotations
 
 from collections.abc import Callable, MutableSequence
-from dataclasses import dataclass
 from typing import Any
 
 from pymysqlreplication.event import (
@@ -104,15 +103,18 @@ _MOST_TABLE_IDS = 4096  # table names remembered (a binlog's tables are few; nev
 Out = MutableSequence[BinlogEvent]
 
 
-@dataclass
 class _Tx:
-    """The transaction being read: what to drop of it and whether it ends on its own."""
+    """The transaction being read: what to drop of it and whether it ends on its own (a plain class:
+    one is made a transaction, positionally)."""
 
-    gtid: Gtid
-    skip: bool = False  # already in processed: drop everything up to its end
-    explicit: bool = False  # a BEGIN (or a non-standalone MariaDB GTID): ends with XID/COMMIT
-    produced: int = 0  # events after TxBegin generated in this read of it (handed out or swallowed)
-    swallow: int = 0  # the first ``swallow`` of them were handed out before a reconnect
+    __slots__ = ("explicit", "gtid", "produced", "skip", "swallow")
+
+    def __init__(self, gtid: Gtid, explicit: bool) -> None:
+        self.gtid = gtid
+        self.skip = False  # already in processed: drop everything up to its end
+        self.explicit = explicit  # a BEGIN (or a non-standalone MariaDB GTID): ends with XID/COMMIT
+        self.produced = 0  # events after TxBegin generated in this read of it (handed out or swallowed)
+        self.swallow = 0  # the first ``swallow`` of them were handed out before a reconnect
 
 
 class EventTranslator:
@@ -192,7 +194,7 @@ class EventTranslator:
                 f"transaction {self._tx.gtid} has no commit before {gtid} in the binlog of "
                 f"{self._describe} (an event type python-mysql-replication cannot read?)"
             )
-        tx = _Tx(gtid, explicit=not standalone)
+        tx = _Tx(gtid, not standalone)
         self._tx = tx
         if gtid in self._processed:
             tx.skip = True
@@ -231,7 +233,7 @@ class EventTranslator:
     # ------------------------------------------------------------------ contents
 
     def _rows(self, raw: WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent, out: Out) -> None:
-        tx = self._open_tx(f"a row event of {raw.schema}.{raw.table}")
+        tx = self._tx or self._open_tx(f"a row event of {raw.schema}.{raw.table}")
         if tx.skip:
             return
         names = (raw.schema, raw.table)
@@ -293,7 +295,7 @@ class EventTranslator:
         kind, words = ("begin", statement) if statement == "BEGIN" else classify_statement(statement)
         if kind == "ignore":
             return
-        tx = self._open_tx(f"the statement {redact_statement(statement)[:80]!r}")
+        tx = self._tx or self._open_tx(f"the statement {redact_statement(statement)[:80]!r}")
         if kind == "begin":
             tx.explicit = True
         elif kind == "end":
