@@ -255,6 +255,14 @@ class MysqlGtid(Gtid):
         return self.gno
 
     @classmethod
+    def of(cls, uuid: str, tag: str, gno: int) -> MysqlGtid:
+        """``MysqlGtid(uuid, tag, gno)`` in half the time (see :meth:`MariadbGtid.of`)."""
+        gtid = object.__new__(cls)
+        fields = gtid.__dict__
+        fields["uuid"], fields["tag"], fields["gno"] = uuid, tag, gno
+        return gtid
+
+    @classmethod
     def parse(cls, text: str) -> MysqlGtid:
         parts = text.strip().split(":")
         if len(parts) not in (2, 3):
@@ -399,6 +407,15 @@ class MariadbGtid(Gtid):
     @property
     def number(self) -> int:
         return self.seq
+
+    @classmethod
+    def of(cls, domain: int, server: int, seq: int) -> MariadbGtid:
+        """``MariadbGtid(domain, server, seq)`` in half the time (a frozen dataclass sets each field through
+        ``object.__setattr__``): one is made a streamed transaction."""
+        gtid = object.__new__(cls)
+        fields = gtid.__dict__
+        fields["domain"], fields["server"], fields["seq"] = domain, server, seq
+        return gtid
 
     @classmethod
     def parse(cls, text: str) -> MariadbGtid:

@@ -308,7 +308,9 @@ class Engine(LoopCommands):
     def _on_event(self, event: BinlogEvent, records: list[Emitted]) -> None:
         assert self._chunks is not None
         self.stats.events += 1
-        self._emitted(self._chunks.feed(event), records)
+        outputs = self._chunks.feed(event)
+        if len(outputs) > 1 or isinstance(event, RowChange):  # alone, any other event makes no record
+            self._emitted(outputs, records)
         if isinstance(event, TxBegin):
             self._in_tx = True
         elif isinstance(event, TxCommit):

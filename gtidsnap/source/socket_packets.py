@@ -15,6 +15,7 @@ Used by :mod:`gtidsnap.source.result_rows` (chunk reads) and
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from pymysql import err as pymysql_err
@@ -77,39 +78,31 @@ def long_payload(conn: Any, rfile: Any, buf: bytes, p: int, seq: int) -> tuple[b
         seq = (seq + 1) & 0xFF
 
 
-class PacketBlocks:
-    """The packets of one connection, one payload at a time, cut out of blocks read ahead: once this
+def payloads(conn: Any) -> Iterator[bytes]:
+    """The payloads of the connection's packets one after the other (a split one whole), cut out of
+    blocks read ahead; waits for the socket only when the block has no whole packet left. Once this
     reads a connection, every read of it must come through here (the block holds bytes PyMySQL's own
-    reads would never see)."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self._buf = b""
-        self._at = 0  # where the next packet starts in ``_buf``
-
-    def payload(self) -> bytes:
-        """The next packet's payload (a split one whole); waits for the socket only when the block has
-        no whole packet left."""
-        buf, p, conn = self._buf, self._at, self._conn
-        while True:
-            end = len(buf)
-            if p + 4 <= end:
-                n = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16
-                q = p + 4 + n
-                if q <= end or n == MAX_PACKET:
-                    seq = conn._next_seq_id
-                    if buf[p + 3] != seq:
-                        self._buf, self._at = b"", 0
-                        wrong_sequence(conn, buf[p + 3], seq)
-                    if n == MAX_PACKET:
-                        payload, q, conn._next_seq_id, buf = long_payload(
-                            conn, conn._rfile, buf, p, (seq + 1) & 0xFF
-                        )
-                        self._buf, self._at = buf, q
-                        return payload
-                    conn._next_seq_id = (seq + 1) & 0xFF
-                    self._buf, self._at = buf, q
-                    return buf[p + 4 : q]
-            block = read_block(conn, conn._rfile)
-            buf = buf[p:] + block if p < end else block
-            p = 0
+    reads would never see). A generator: its place in the block stays in its frame, so the next packet
+    costs a resume, not a call. A failure (raised as PyMySQL raises it) ends it."""
+    buf, p, end = b"", 0, 0
+    rfile = conn._rfile
+    while True:
+        if p + 4 <= end:
+            n = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16
+            q = p + 4 + n
+            if q <= end or n == MAX_PACKET:
+                seq = conn._next_seq_id
+                if buf[p + 3] != seq:
+                    wrong_sequence(conn, buf[p + 3], seq)
+                if n == MAX_PACKET:
+                    payload, p, conn._next_seq_id, buf = long_payload(conn, rfile, buf, p, (seq + 1) & 0xFF)
+                    end = len(buf)
+                    yield payload
+                    continue
+                conn._next_seq_id = (seq + 1) & 0xFF
+                start, p = p + 4, q
+                yield buf[start:q]
+                continue
+        block = read_block(conn, rfile)
+        buf = buf[p:] + block if p < end else block
+        p, end = 0, len(buf)

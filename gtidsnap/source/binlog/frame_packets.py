@@ -88,7 +88,7 @@ def mysql_gtid(sid: bytes, gno: int) -> MysqlGtid:
         if len(_SERVER_UUIDS) > 1024:  # a replica sees a handful of servers; never grow without bound
             _SERVER_UUIDS.clear()
         text = _SERVER_UUIDS[sid] = MysqlGtid.parse(f"{uuid.UUID(bytes=sid)}:1").uuid
-    return MysqlGtid(text, "", gno)
+    return MysqlGtid.of(text, "", gno)
 
 
 class FramePackets:
@@ -147,7 +147,7 @@ class FramePackets:
             if len(data) < HEADER_SIZE + MARIADB_GTID_HEAD.size:
                 return None
             seq, domain, flags = MARIADB_GTID_HEAD.unpack_from(data, HEADER_SIZE)
-            return GtidRead(MariadbGtid(domain, server_id, seq), bool(flags & MARIADB_FL_STANDALONE))
+            return GtidRead(MariadbGtid.of(domain, server_id, seq), bool(flags & MARIADB_FL_STANDALONE))
         if event_type == XID_EVENT:
             return XID_READ
         if event_type == GTID_LOG_EVENT:

@@ -8,13 +8,15 @@ versions they were tested on, an event's body."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib.metadata import version
 from typing import Any
 
 import pymysql
 from pymysql.connections import MysqlPacket
+from pymysql.constants.CR import CR_SERVER_LOST
 
-from gtidsnap.source.socket_packets import PacketBlocks
+from gtidsnap.source.socket_packets import payloads
 
 # The library versions whose internals gtidsnap's patches rely on (table_maps, *_events).
 TESTED_VERSIONS = ("1.0.17",)
@@ -46,12 +48,12 @@ class LibraryReconnect(Exception):
 
 class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
     """PyMySQL's connection, its packets cut out of blocks of the socket's bytes once
-    :meth:`read_payload` is first called (:class:`gtidsnap.source.socket_packets.PacketBlocks`), with one
+    :meth:`read_payload` is first called (:func:`gtidsnap.source.socket_packets.payloads`), with one
     packet that can be given back to be read again by the library's ``fetchone``
     (:mod:`gtidsnap.source.binlog.frame_packets` reads packets before it, most without a packet object)."""
 
     _pushed: MysqlPacket | None = None
-    _blocks: PacketBlocks | None = None
+    _payloads: Iterator[bytes] | None = None
 
     def push_back(self, packet: MysqlPacket) -> None:
         self._pushed = packet
@@ -62,10 +64,11 @@ class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
         if pushed is not None:
             self._pushed = None
             return bytes(pushed._data)
-        blocks = self._blocks
-        if blocks is None:
-            blocks = self._blocks = PacketBlocks(self)
-        payload = blocks.payload()
+        if self._payloads is None:
+            self._payloads = payloads(self)
+        payload = next(self._payloads, None)
+        if payload is None:  # the cutting failed before (and raised then): the connection is closed
+            raise pymysql.err.OperationalError(CR_SERVER_LOST, "Lost connection to MySQL server during query")
         if payload[:1] == b"\xff":
             MysqlPacket(payload, self.encoding).raise_for_error()
         return payload
@@ -75,7 +78,7 @@ class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
         if pushed is not None:
             self._pushed = None
             return pushed
-        if self._blocks is not None:  # bytes read ahead: from here on every packet is cut from them
+        if self._payloads is not None:  # bytes read ahead: from here on every packet is cut from them
             return packet_type(self.read_payload(), self.encoding)
         return super()._read_packet(packet_type)
 

@@ -262,8 +262,12 @@ class EventTranslator:
             for before in images:
                 key = schema.key_of(before)
                 changes.append(RowChange(tx.gtid, table, "d", key, before, None, None, ts, key_names))
-        for change in changes:
-            self._produce(tx, change, out)
+        if tx.produced >= tx.swallow:  # nothing of this read swallowed (as _produce would have it)
+            tx.produced += len(changes)
+            out.extend(changes)
+        else:
+            for change in changes:
+                self._produce(tx, change, out)
 
     def _library_images(
         self, raw: WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent, table: TableId, schema: TableSchema

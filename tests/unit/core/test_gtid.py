@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -281,3 +282,17 @@ def test_add_in_stream_order_equals_the_parsed_range() -> None:
     assert mysql == parsed and hash(mysql) == hash(parsed)
     assert str(maria) == "0-2-59" and maria == MariadbGtidSet.parse("0-2-59")
     assert mysql.add(MysqlGtid(uuid, "", 10)) is mysql  # already in: the same set
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(1, 2**64 - 1))
+def test_mariadb_of_is_the_constructor(domain: int, server: int, seq: int) -> None:
+    made, built = MariadbGtid.of(domain, server, seq), MariadbGtid(domain, server, seq)
+    assert made == built and hash(made) == hash(built) and str(made) == str(built) and not made < built
+    assert made in MariadbGtidSet().add(built) and vars(made) == vars(built)
+
+
+@given(st.uuids(), st.sampled_from(["", "tag"]), st.integers(1, 2**63 - 1))
+def test_mysql_of_is_the_constructor(uuid: Any, tag: str, gno: int) -> None:
+    made, built = MysqlGtid.of(str(uuid), tag, gno), MysqlGtid(str(uuid), tag, gno)
+    assert made == built and hash(made) == hash(built) and str(made) == str(built) and not made < built
+    assert made in MysqlGtidSet().add(built) and vars(made) == vars(built)

@@ -1,7 +1,7 @@
 """Packets cut out of blocks of a socket's bytes are PyMySQL's packets, with PyMySQL's errors.
 
 The same bytes, arriving in pieces of any size, go once through PyMySQL's own ``_read_packet`` and once
-through :class:`PacketBlocks` (and :class:`DumpConnection`, which reads with it): the payloads, the
+through :func:`socket_packets.payloads` (and :class:`DumpConnection`, which reads with it): the payloads, the
 sequence numbers after them and every failure must be the same."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pymysql.connections import Connection
 
+from gtidsnap.source import socket_packets
 from gtidsnap.source.binlog.library import DumpConnection
-from gtidsnap.source.socket_packets import MAX_PACKET, PacketBlocks
+from gtidsnap.source.socket_packets import MAX_PACKET
 
 
 class Trickle(io.RawIOBase):
@@ -69,8 +70,8 @@ def pymysql_reads(conn: Connection, count: int) -> list[bytes]:
 
 
 def block_reads(conn: Connection, count: int) -> list[bytes]:
-    blocks = PacketBlocks(conn)
-    return [blocks.payload() for _ in range(count)]
+    cut = socket_packets.payloads(conn)
+    return [next(cut) for _ in range(count)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -84,16 +85,14 @@ def test_payloads_are_pymysqls_whatever_the_pieces(payloads: list[bytes], seq: i
     theirs = Wired(data, sizes, seq)
     expected = pymysql_reads(theirs, len(payloads))
     ours = Wired(data, sizes, seq)
-    blocks = PacketBlocks(ours)
-    assert [blocks.payload() for _ in range(len(payloads))] == expected == payloads
+    assert block_reads(ours, len(payloads)) == expected == payloads
     assert ours._next_seq_id == theirs._next_seq_id and not ours.closed
 
 
 def test_a_payload_of_16_mib_or_more_is_whole() -> None:
     payloads = [b"a" * (MAX_PACKET - 1), b"c" * (MAX_PACKET + 5), b"d"]
     conn = Wired(wire(payloads, 250), [70_000] * 5, 250)
-    blocks = PacketBlocks(conn)
-    assert [blocks.payload() for _ in payloads] == payloads
+    assert block_reads(conn, len(payloads)) == payloads
     assert conn._next_seq_id == (250 + 1 + 2 + 1) & 0xFF
 
 
@@ -116,11 +115,13 @@ def test_a_packet_out_of_sequence_is_pymysqls_error(
 def test_a_connection_lost_mid_packet_is_closed_and_2013(cut: int) -> None:
     data = wire([b"first", b"second"], 1)[: len(wire([b"first"], 1)) + cut]
     conn = Wired(data, [3], 1)
-    blocks = PacketBlocks(conn)
-    assert blocks.payload() == b"first"
+    assert conn.read_payload() == b"first"
     with pytest.raises(pymysql.err.OperationalError) as raised:
-        blocks.payload()
+        conn.read_payload()
     assert raised.value.args[0] == 2013 and conn.closed
+    with pytest.raises(pymysql.err.OperationalError) as raised:
+        conn.read_payload()  # and on every later read
+    assert raised.value.args[0] == 2013
 
 
 def test_the_dump_connection_raises_an_error_packet_and_reads_on_from_its_blocks() -> None:
