@@ -25,12 +25,12 @@ MAX_PACKET = 2**24 - 1  # a payload this long continues in the next packet
 READ_BLOCK = 1 << 18  # bytes asked of the socket at a time
 
 
-def read_block(conn: Any, rfile: Any) -> bytes:
-    """What the socket has (at most ``READ_BLOCK`` bytes; waits only while it has nothing), as PyMySQL's
+def read_block(conn: Any, rfile: Any, size: int = READ_BLOCK) -> bytes:
+    """What the socket has (at most ``size`` bytes; waits only while it has nothing), as PyMySQL's
     ``_read_bytes`` reads: a lost connection closes it and is ``OperationalError`` 2013."""
     while True:
         try:
-            data: bytes = rfile.read1(READ_BLOCK)
+            data: bytes = rfile.read1(size)
             break
         except OSError as exc:
             if exc.errno == errno.EINTR:
@@ -78,11 +78,12 @@ def long_payload(conn: Any, rfile: Any, buf: bytes, p: int, seq: int) -> tuple[b
         seq = (seq + 1) & 0xFF
 
 
-def payloads(conn: Any) -> Iterator[bytes]:
+def payloads(conn: Any, block: int = READ_BLOCK) -> Iterator[bytes]:
     """The payloads of the connection's packets one after the other (a split one whole), cut out of
     blocks read ahead; waits for the socket only when the block has no whole packet left. Once this
     reads a connection, every read of it must come through here (the block holds bytes PyMySQL's own
-    reads would never see). A generator: its place in the block stays in its frame, so the next packet
+    reads would never see). ``block``: the most bytes taken off the socket at once (what is read ahead of
+    the packet handed out). A generator: its place in the block stays in its frame, so the next packet
     costs a resume, not a call. A failure (raised as PyMySQL raises it) ends it."""
     buf, p, end = b"", 0, 0
     rfile = conn._rfile
@@ -103,6 +104,6 @@ def payloads(conn: Any) -> Iterator[bytes]:
                 start, p = p + 4, q
                 yield buf[start:q]
                 continue
-        block = read_block(conn, rfile)
-        buf = buf[p:] + block if p < end else block
+        more = read_block(conn, rfile, block)
+        buf = buf[p:] + more if p < end else more
         p, end = 0, len(buf)

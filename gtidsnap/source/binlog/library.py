@@ -46,6 +46,12 @@ class LibraryReconnect(Exception):
     of :mod:`gtidsnap.source.binlog.stream`: its redial would start over from the original position)."""
 
 
+DUMP_READ_BLOCK = 16 * 1024
+"""The most bytes a dump connection takes off its socket at once: about what PyMySQL's own buffered reads
+hold (8 KiB, or one rows event), so a connection that drops inside a transaction is still noticed there,
+not a block of read-ahead later."""
+
+
 class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
     """PyMySQL's connection, its packets cut out of blocks of the socket's bytes once
     :meth:`read_payload` is first called (:func:`gtidsnap.source.socket_packets.payloads`), with one
@@ -65,7 +71,7 @@ class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
             self._pushed = None
             return bytes(pushed._data)
         if self._payloads is None:
-            self._payloads = payloads(self)
+            self._payloads = payloads(self, DUMP_READ_BLOCK)
         payload = next(self._payloads, None)
         if payload is None:  # the cutting failed before (and raised then): the connection is closed
             raise pymysql.err.OperationalError(CR_SERVER_LOST, "Lost connection to MySQL server during query")
