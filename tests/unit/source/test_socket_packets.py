@@ -7,7 +7,6 @@ sequence numbers after them and every failure must be the same."""
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import pymysql
 import pytest
@@ -18,22 +17,7 @@ from pymysql.connections import Connection
 from gtidsnap.source import socket_packets
 from gtidsnap.source.binlog.library import DumpConnection
 from gtidsnap.source.socket_packets import MAX_PACKET
-
-
-class Trickle(io.RawIOBase):
-    """A socket that hands out what it holds in pieces of the given sizes (then all the rest)."""
-
-    def __init__(self, data: bytes, sizes: list[int]) -> None:
-        self.data, self.sizes = data, list(sizes)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = min(len(b), self.sizes.pop(0) if self.sizes else len(self.data), len(self.data))
-        b[:n] = self.data[:n]
-        self.data = self.data[n:]
-        return n
+from tests.unit.source.test_result_rows import Trickle
 
 
 class Wired(DumpConnection):  # type: ignore[misc]
