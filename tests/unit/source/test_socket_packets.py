@@ -17,7 +17,7 @@ from pymysql.connections import Connection
 from gtidsnap.source import socket_packets
 from gtidsnap.source.binlog.library import DumpConnection
 from gtidsnap.source.socket_packets import MAX_PACKET
-from tests.unit.source.test_result_rows import Trickle
+from tests.unit.source.test_result_rows import Trickle, packets
 
 
 class Wired(DumpConnection):  # type: ignore[misc]
@@ -38,15 +38,7 @@ class Wired(DumpConnection):  # type: ignore[misc]
 
 def wire(payloads: list[bytes], seq: int) -> bytes:
     """Each payload as packets (split at 16 MiB), numbered on from ``seq``."""
-    out = []
-    for payload in payloads:
-        while True:
-            part, payload = payload[:MAX_PACKET], payload[MAX_PACKET:]
-            out.append(len(part).to_bytes(3, "little") + bytes([seq]) + part)
-            seq = (seq + 1) & 0xFF
-            if len(part) < MAX_PACKET:
-                break
-    return b"".join(out)
+    return packets(payloads, seq)[0]
 
 
 def pymysql_reads(conn: Connection, count: int) -> list[bytes]:
