@@ -91,6 +91,7 @@ def build_engine(
             heartbeat_s=config.heartbeat_s,
             server_id=config.server_id or None,
             retry_for_s=config.retry_for_s,
+            decoders=config.decoders if config.sink.type == "jsonl" else 0,
         )
         if opened is not None:
             opened.append(stream)

@@ -25,6 +25,7 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     [binlog]
     heartbeat_s = 1.0
     server_id = 0                     # 0: a random id per run
+    decoders = 1                      # row decoder processes (jsonl); default one a CPU but one, at most 2
 
     [sink]
     type = "jsonl"                    # jsonl | delta
@@ -126,6 +127,7 @@ class Config:
     snapshot: SnapshotSettings = SnapshotSettings()
     heartbeat_s: float = DEFAULT_SETTINGS.binlog.heartbeat_s
     server_id: int = DEFAULT_SETTINGS.binlog.server_id
+    decoders: int = DEFAULT_SETTINGS.binlog.decoders  # binlog row decoder processes (jsonl outputs)
     sink: SinkSettings = DEFAULT_SETTINGS.sink
     checkpoint_path: Path = Path(DEFAULT_SETTINGS.checkpoint.path)
     checkpoint_interval_s: float = DEFAULT_SETTINGS.checkpoint.interval_s
@@ -244,6 +246,7 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         ),
         heartbeat_s=settings.binlog.heartbeat_s,
         server_id=settings.binlog.server_id,
+        decoders=settings.binlog.decoders,
         sink=settings.sink,
         checkpoint_path=Path(settings.checkpoint.path),
         checkpoint_interval_s=settings.checkpoint.interval_s,

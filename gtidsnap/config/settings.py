@@ -206,6 +206,13 @@ class BinlogSection(_Section):
     server_id: int = Field(
         default=0, ge=0, le=4_294_967_295, description="replication server id (0: a random id per run)"
     )
+    decoders: int = Field(
+        default_factory=lambda: min(2, usable_cpus() - 1),
+        ge=0,
+        le=MAX_READERS,
+        description="processes that decode the binlog's rows and write their JSON, off the engine's thread "
+        "(jsonl outputs; delta decodes on it); default: one per CPU but one (0 on one CPU), at most 2",
+    )
 
 
 class SinkSettings(_Section):

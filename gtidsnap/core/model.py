@@ -106,6 +106,35 @@ class RowChange:
         return (self.key,) if self.old_key is None or self.old_key == self.key else (self.key, self.old_key)
 
 
+@dataclass(slots=True)
+class RowChanges:
+    """The row changes of one rows event, decoded by a decoder process
+    (:mod:`gtidsnap.source.binlog.row_decoders`), which also wrote each one's JSON: the engine's thread
+    gets keys and bytes, one object an event instead of a ``RowChange`` a row.
+
+    ``keys[i]`` is row ``i``'s key after the change (before it, for a delete), folded as
+    :meth:`TableSchema.key_of` folds; ``old_keys[i]`` the key before an update that changed it (None
+    otherwise; ``old_keys`` None when no row's key changed). ``bodies[i]`` is the part of row ``i``'s
+    JSON line from its ``"key"`` to its ``"after"`` (:class:`gtidsnap.core.records.ChangeLines`)."""
+
+    gtid: Gtid
+    table: TableId
+    op: Op
+    keys: tuple[Key, ...]
+    old_keys: tuple[Key | None, ...] | None
+    bodies: tuple[bytes, ...]
+    source_ts: int = 0
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def touched_keys(self) -> tuple[Key, ...]:
+        """Every key the event's rows had before or after their change."""
+        if self.old_keys is None:
+            return self.keys
+        return self.keys + tuple(k for k in self.old_keys if k is not None)
+
+
 @dataclass(frozen=True)
 class TxCommit:
     """The transaction ``gtid`` is complete; the stream's processed set now includes it."""
@@ -129,4 +158,4 @@ class Heartbeat:
     last_gtid: Gtid | None = None
 
 
-BinlogEvent = TxBegin | RowChange | TxCommit | SchemaChange | Heartbeat
+BinlogEvent = TxBegin | RowChange | RowChanges | TxCommit | SchemaChange | Heartbeat

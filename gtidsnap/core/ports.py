@@ -102,7 +102,8 @@ class Sink(Protocol):
     def write(self, records: Sequence[Emitted]) -> None:
         r"""Take records; they become durable only at the next ``commit``. Snapshot rows in another form
         than values (:class:`SnapshotLines`, :class:`SnapshotColumns`) come only from the sink's own
-        ``chunk_renderer`` (:class:`RenderingSink`)."""
+        ``chunk_renderer`` (:class:`RenderingSink`); a stream's changes as :class:`ChangeLines` only when
+        the stream's rows are decoded in decoder processes (JSON lines only)."""
 
     def commit(self) -> Any:
         """Make everything written durable; return the JSON-able position to checkpoint."""

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gtidsnap.core.model import ChunkRow, ColumnarRows, Key, ReadRows, Row, RowChange, TableId
+from gtidsnap.core.model import ChunkRow, ColumnarRows, Key, ReadRows, Row, RowChange, RowChanges, TableId
 
 RecordOp = Literal["c", "u", "d", "r"]
 
@@ -116,6 +116,50 @@ class SnapshotLines:
         return b"".join(chain.from_iterable(parts))
 
 
+_CHANGE_GTID = b',"gtid":'
+_CHANGE_SEQ = b',"seq":'
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeLines:
+    """The records of one rows event whose JSON a decoder process wrote (:class:`RowChanges`' bodies),
+    numbered from ``first_seq``: the same bytes :meth:`Record.to_line` gives each change's record, one
+    object an event."""
+
+    head: bytes  # '{"op":...,"table":...,' : the same for every row of the event
+    gtid_json: bytes  # the transaction's GTID as a JSON string
+    bodies: tuple[bytes, ...]
+    first_seq: int
+    source_ts: int
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def to_lines(self) -> bytes:
+        """Every row's line; built by C-level iterators (no Python bytecode a row)."""
+        gtid = _CHANGE_GTID + self.gtid_json + _CHANGE_SEQ
+        tail = b',"snapshot":false,"source_ts":%d}\n' % self.source_ts
+        seqs = map(b"%d".__mod__, range(self.first_seq, self.first_seq + len(self.bodies)))
+        parts = zip(repeat(self.head), self.bodies, repeat(gtid), seqs, repeat(tail))
+        return b"".join(chain.from_iterable(parts))
+
+
+def change_lines(changes: RowChanges, first_seq: int) -> ChangeLines:
+    """The records of ``changes``, numbered from ``first_seq``."""
+    head = b'{"op":"%b","table":%b,' % (changes.op.encode(), orjson.dumps(str(changes.table)))
+    gtid = orjson.dumps(str(changes.gtid))
+    return ChangeLines(head, gtid, changes.bodies, first_seq, changes.source_ts)
+
+
+def change_body(key_columns: Sequence[str], before: Row | None, after: Row | None) -> bytes:
+    """The part of a change's JSON line from its ``"key"`` to its ``"after"``, as :meth:`Record.to_line`
+    writes it (the key shown as the row's key column values); raises what orjson raises."""
+    row = after if after is not None else before
+    assert row is not None
+    key = orjson.dumps(tuple(map(row.get, key_columns)))
+    return b'"key":%b,"before":%b,"after":%b' % (key, orjson.dumps(before), orjson.dumps(after))
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotColumns:
     """Consecutive snapshot rows of one chunk in an output's columnar form (:class:`ColumnarRows`, made
@@ -131,7 +175,7 @@ class SnapshotColumns:
         return len(self.rows)
 
 
-Emitted = Record | SnapshotLines | SnapshotColumns  # what the engine hands its sink
+Emitted = Record | SnapshotLines | ChangeLines | SnapshotColumns  # what the engine hands its sink
 
 
 def emitted_rows(records: Iterable[Emitted]) -> int:
@@ -139,9 +183,9 @@ def emitted_rows(records: Iterable[Emitted]) -> int:
     return sum(1 if isinstance(r, Record) else len(r) for r in records)
 
 
-def encoded_line(record: Record | SnapshotLines) -> bytes:
+def encoded_line(record: Record | SnapshotLines | ChangeLines) -> bytes:
     """The JSON line(s) of ``record``."""
-    return record.to_lines() if isinstance(record, SnapshotLines) else record.to_line()
+    return record.to_line() if isinstance(record, Record) else record.to_lines()
 
 
 def split_chunk_rows(rows: Iterable[tuple[Key, Row]]) -> tuple[tuple[Key, ...], tuple[ChunkRow, ...]]:

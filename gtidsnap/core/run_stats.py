@@ -100,6 +100,11 @@ class RunStats:
         self.changes[table.schema, table.name, change.op] += 1
         self.source_ts = change.source_ts
 
+    def saw_changes(self, table: TableId, op: str, rows: int, source_ts: int) -> None:
+        """``rows`` changes of one rows event emitted (decoded by a decoder process)."""
+        self.changes[table.schema, table.name, op] += rows
+        self.source_ts = source_ts
+
     def saw_chunk(self, table: TableId, rows: int) -> None:
         """A chunk emitted, with its ``rows`` rows."""
         self.chunks += 1

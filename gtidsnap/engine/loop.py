@@ -27,7 +27,7 @@ from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.commands import Command, StartSnapshot
 from gtidsnap.core.errors import SchemaError, SourceError, stored_reason
 from gtidsnap.core.gtid import GtidSet
-from gtidsnap.core.model import BinlogEvent, RowChange, SchemaChange, TableId, TxBegin, TxCommit
+from gtidsnap.core.model import BinlogEvent, RowChange, RowChanges, SchemaChange, TableId, TxBegin, TxCommit
 from gtidsnap.core.notifications import NO_TOPIC
 from gtidsnap.core.plan import SnapshotContext, TableProgress
 from gtidsnap.core.ports import (
@@ -41,7 +41,7 @@ from gtidsnap.core.ports import (
     StreamFactory,
     StreamPort,
 )
-from gtidsnap.core.records import Emitted, Record, change_record, seq_span, snapshot_output
+from gtidsnap.core.records import Emitted, Record, change_lines, change_record, seq_span, snapshot_output
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
@@ -309,7 +309,7 @@ class Engine(LoopCommands):
         assert self._chunks is not None
         self.stats.events += 1
         outputs = self._chunks.feed(event)
-        if len(outputs) > 1 or isinstance(event, RowChange):  # alone, any other event makes no record
+        if len(outputs) > 1 or isinstance(event, RowChange | RowChanges):  # alone, others make no record
             self._emitted(outputs, records)
         if isinstance(event, TxBegin):
             self._in_tx = True
@@ -329,6 +329,10 @@ class Engine(LoopCommands):
         for out in outputs:
             if isinstance(out, RowChange) and out.table in self.captured:
                 records.append(self._record_of_change(out))
+            elif isinstance(out, RowChanges) and out.table in self.captured:
+                records.append(change_lines(out, self.seq))
+                self.seq += len(out)
+                self.stats.saw_changes(out.table, out.op, len(out), out.source_ts)
             elif isinstance(out, ChunkOut):
                 records.extend(self._records_of_chunk(out))
             elif isinstance(out, ChunksRedone):

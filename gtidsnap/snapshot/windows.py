@@ -57,6 +57,7 @@ from gtidsnap.core.model import (
     Key,
     ReadRows,
     RowChange,
+    RowChanges,
     SchemaChange,
     TableId,
     TxCommit,
@@ -181,7 +182,7 @@ class ChunkWindows:
         if isinstance(event, Heartbeat):
             self._on_heartbeat(event)
             return (*self._release(), event)
-        if isinstance(event, RowChange):  # most events: only its table's windows record its keys
+        if isinstance(event, RowChange | RowChanges):  # most events: only its table's windows record keys
             for window in self._windows.values():  # waiting ones too: they go out after this event
                 if window.table == event.table:
                     window.changed.update(event.touched_keys())  # in lw too: the read may not have seen it

@@ -84,7 +84,9 @@ def payloads(conn: Any, block: int = READ_BLOCK) -> Iterator[bytes]:
     reads a connection, every read of it must come through here (the block holds bytes PyMySQL's own
     reads would never see). ``block``: the most bytes taken off the socket at once (what is read ahead of
     the packet handed out). A generator: its place in the block stays in its frame, so the next packet
-    costs a resume, not a call. A failure (raised as PyMySQL raises it) ends it."""
+    costs a resume, not a call. A failure (raised as PyMySQL raises it) ends it. ``conn.bytes_ahead``
+    says how many bytes of the block are left after each packet handed out (the next read waits for
+    the socket only when none are)."""
     buf, p, end = b"", 0, 0
     rfile = conn._rfile
     while True:
@@ -98,10 +100,12 @@ def payloads(conn: Any, block: int = READ_BLOCK) -> Iterator[bytes]:
                 if n == MAX_PACKET:
                     payload, p, conn._next_seq_id, buf = long_payload(conn, rfile, buf, p, (seq + 1) & 0xFF)
                     end = len(buf)
+                    conn.bytes_ahead = end - p
                     yield payload
                     continue
                 conn._next_seq_id = (seq + 1) & 0xFF
                 start, p = p + 4, q
+                conn.bytes_ahead = end - p
                 yield buf[start:q]
                 continue
         more = read_block(conn, rfile, block)

@@ -16,7 +16,7 @@ from gtidsnap.config.loading import SinkSettings
 from gtidsnap.core.crashpoints import crash_point
 from gtidsnap.core.errors import SinkError
 from gtidsnap.core.model import TableId
-from gtidsnap.core.records import Emitted, Record, SnapshotColumns, SnapshotLines
+from gtidsnap.core.records import ChangeLines, Emitted, Record, SnapshotColumns, SnapshotLines
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.arrow_columns import StagedRows
 from gtidsnap.sinks.delta import staging
@@ -55,8 +55,8 @@ def by_table(records: Sequence[Emitted]) -> dict[TableId, list[Record | Snapshot
     tables: dict[TableId, list[Record | SnapshotColumns]] = {}
     table, group = None, []
     for r in records:
-        if isinstance(r, SnapshotLines):
-            raise SinkError("the Delta sink takes records and columns, not encoded snapshot lines")
+        if isinstance(r, SnapshotLines | ChangeLines):
+            raise SinkError("the Delta sink takes records and columns, not encoded JSON lines")
         if r.table is not table:  # an event's records share one table object: one lookup an event
             table, group = r.table, tables.setdefault(r.table, [])
         group.append(r)

@@ -8,6 +8,8 @@ versions they were tested on, an event's body."""
 
 from __future__ import annotations
 
+import select
+import ssl
 from collections.abc import Iterator
 from importlib.metadata import version
 from typing import Any
@@ -60,6 +62,22 @@ class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
 
     _pushed: MysqlPacket | None = None
     _payloads: Iterator[bytes] | None = None
+    bytes_ahead = 0  # bytes of the block read ahead, after the last packet cut (socket_packets.payloads)
+
+    def has_data(self) -> bool:
+        """Whether a packet's bytes are here or at the socket, so that a read would not wait for the
+        server (the stream reads ahead only then)."""
+        if self._pushed is not None or self.bytes_ahead > 0:
+            return True
+        sock = self._sock
+        if sock is None:
+            return False
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        try:
+            return bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):  # closed meanwhile: the next read reports it
+            return True
 
     def push_back(self, packet: MysqlPacket) -> None:
         self._pushed = packet

@@ -201,7 +201,23 @@ def normalized_images(
         global _left_to_library
         _left_to_library += 1
         return None
-    data = _rest_of(event)
+    return read_images(read, _rest_of(event))
+
+
+def rows_bytes(event: Any, converters: Mapping[str, Converter], other: Converter) -> tuple[str, bytes] | None:
+    """The decode-errors mode and the row bytes of a rows event this module reads (the rest of the
+    event, consumed), for a reader made elsewhere (:mod:`gtidsnap.source.binlog.row_decoders`); None
+    (nothing read) where :func:`normalized_images` would not read the rows, or would find none."""
+    if getattr(event, "_RowsEvent__rows", None) is not None or not event.complete or not _readable(event):
+        return None
+    errors = "ignore" if event._ignore_decode_errors else "strict"
+    if _normal_reader_of(event.columns, errors, converters, other) is None:
+        return None
+    return errors, _rest_of(event)
+
+
+def read_images(read: NormalImageReader, data: bytes) -> list[dict[str, Any]]:
+    """Every row image in ``data`` (a rows event's row bytes), in order."""
     images: list[dict[str, Any]] = []
     pos, end = 0, len(data)
     while pos < end:

@@ -58,19 +58,24 @@ from pymysqlreplication import BinLogStreamReader
 
 from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
-from gtidsnap.core.model import BinlogEvent, Flavor
+from gtidsnap.core.model import BinlogEvent, Flavor, SchemaChange
 from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
 from gtidsnap.source.binlog.frame_packets import FramePackets
 from gtidsnap.source.binlog.library import (
+    DumpConnection,
     EmptyMysqlPosition,
     GuardedConnect,
     LibraryReconnect,
 )
+from gtidsnap.source.binlog.row_decoders import DecoderLost, PendingRows, RowDecoders
 from gtidsnap.source.binlog.translator import EVENTS_READ, EventTranslator, SchemaOf
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.server_errors import FATAL_TO_THE_STREAM, Meaning, code_of, meaning
 
 log = logging.getLogger(__name__)
+
+MAX_AHEAD_BYTES = 4 * 1024 * 1024
+"""Most row bytes read ahead while decoders work (their results are held until handed out)."""
 
 
 class BinlogStream:
@@ -86,8 +91,11 @@ class BinlogStream:
         server_id: int | None = None,
         *,
         retry_for_s: float = 60.0,
+        decoders: int = 0,
     ) -> None:
-        """``retry_for_s`` bounds how long transient failures are retried before ``SourceError``."""
+        """``retry_for_s`` bounds how long transient failures are retried before ``SourceError``;
+        ``decoders``: decoder processes for the rows' JSON (:mod:`gtidsnap.source.binlog.row_decoders`;
+        0: rows are decoded on the caller's thread, into ``RowChange`` s)."""
         if flavor not in ("mysql", "mariadb"):
             raise ValueError(f"unknown server flavour {flavor!r}; expected 'mysql' or 'mariadb'")
         if flavor == "mariadb" and not isinstance(start, MariadbGtidSet):
@@ -101,12 +109,14 @@ class BinlogStream:
         self._heartbeat_s = heartbeat_s
         self._server_id = server_id if server_id is not None else random.randint(100_000, 2**31 - 1)
         self._retry_for_s = retry_for_s
+        self._decoders = RowDecoders(decoders) if decoders > 0 else None
         # What was read and handed out (processed, the open transaction): the translator's facts.
-        self._translator = EventTranslator(schema_of, settings.describe(), start)
+        self._translator = EventTranslator(schema_of, settings.describe(), start, self._decoders)
         self._reader: BinLogStreamReader | None = None
         self._frames: FramePackets | None = None  # the reader's fetchone, framing packets read first
         self._guard: GuardedConnect | None = None
-        self._pending: deque[BinlogEvent] = deque()  # translated, not yet handed out
+        self._pending: deque[BinlogEvent | PendingRows] = deque()  # translated, not yet handed out
+        self._ddl_ahead = False  # a DDL was read ahead: read no further until it is handed out
         self._failing_since: float | None = None
         self._last_error = ""
         self._backoff_s = 0.0
@@ -145,14 +155,23 @@ class BinlogStream:
         pending = self._pending
         if pending:  # most calls: a transaction's events were translated together
             event = pending.popleft()
-            self._translator.handed_out(event)  # what the consumer has is what counts
-            return event
+            if not isinstance(event, PendingRows):
+                self._translator.handed_out(event)  # what the consumer has is what counts
+                return event
+            pending.appendleft(event)
         deadline = time.monotonic() + self._heartbeat_s
         while True:
             if pending:
                 event = pending.popleft()
+                if isinstance(event, PendingRows):
+                    pending.appendleft(event)
+                    if not self._decoded(event):
+                        continue  # a failure dropped what was read ahead: read it again
+                    event = pending.popleft()
+                assert not isinstance(event, PendingRows)
                 self._translator.handed_out(event)
                 return event
+            self._ddl_ahead = False
             now = time.monotonic()
             if now >= deadline:
                 return None
@@ -173,30 +192,90 @@ class BinlogStream:
                 continue
             self._failing_since = None
             self._backoff_s = 0.0
-            try:
-                self._translator.translate(raw, self._pending)
-            except BaseException:
-                # Nothing of this event was returned: read it again on the next call, from the
-                # last returned commit, rather than continue past it and lose its rows.
-                self._pending.clear()
-                self._translator.interrupted()
-                self._drop_reader()
-                raise
+            self._translate(raw)
+
+    def _translate(self, raw: Any) -> None:
+        try:
+            self._translator.translate(raw, self._pending)
+        except BaseException:
+            # Nothing of this event was returned: read it again on the next call, from the
+            # last returned commit, rather than continue past it and lose its rows.
+            self._forget_ahead()
+            self._translator.interrupted()
+            self._drop_reader()
+            raise
+
+    def _decoded(self, head: PendingRows) -> bool:
+        """Put the changes of ``head`` (the first pending event, sent to a decoder) in its place, reading
+        more of the binlog meanwhile while its bytes are here and the read-ahead bound allows (so the
+        decoders have work while the engine's thread has its own). False: a failure dropped everything
+        read ahead, ``head`` included."""
+        decoders, pending = self._decoders, self._pending
+        assert decoders is not None
+        try:
+            while (
+                not self._ddl_ahead
+                and decoders.ahead_bytes < MAX_AHEAD_BYTES
+                and not decoders.done(head)
+                and self._frames is not None
+                and self._has_data()
+            ):
+                try:
+                    raw = self._frames.fetchone()
+                except Exception as exc:  # classified as in next: fatal, transient, or a bug
+                    self._on_failure(exc)
+                    return False
+                if raw is None:
+                    self._on_failure(None)
+                    return False
+                length = len(pending)
+                self._translate(raw)
+                if any(type(pending[i]) is SchemaChange for i in range(length, len(pending))):
+                    self._ddl_ahead = True  # rows after it are decoded with the shape the engine reads anew
+            changes = decoders.resolve(head)
+        except DecoderLost as exc:
+            decoders.close()  # new processes on the next event sent
+            self._on_failure(exc)
+            return False
+        except BaseException:
+            self._forget_ahead()
+            self._translator.interrupted()
+            self._drop_reader()
+            raise
+        pending.popleft()
+        pending.extendleft(reversed(changes))
+        return True
+
+    def _has_data(self) -> bool:
+        dump = self._guard.dump if self._guard is not None else None
+        return isinstance(dump, DumpConnection) and dump.has_data()
+
+    def _forget_ahead(self) -> None:
+        """Drop what was read and not handed out (read again from what was)."""
+        self._pending.clear()
+        self._ddl_ahead = False
+        if self._decoders is not None:
+            self._decoders.discard()
 
     def restart(self, processed: GtidSet) -> None:
         """Drop the connection and anything read ahead; continue right after ``processed``."""
         self._drop_reader()
-        self._translator = EventTranslator(self._schema_of, self._settings.describe(), processed)
-        self._pending.clear()
+        self._translator = EventTranslator(
+            self._schema_of, self._settings.describe(), processed, self._decoders
+        )
+        self._forget_ahead()
         self._failing_since = None
         self._backoff_s = 0.0
         self._retry_at = 0.0
         self._closed = False
 
     def close(self) -> None:
-        """Close the connections; ``next`` raises afterwards until :meth:`restart`."""
+        """Close the connections and the decoder processes; ``next`` raises afterwards until
+        :meth:`restart`."""
         self._drop_reader()
-        self._pending.clear()
+        self._forget_ahead()
+        if self._decoders is not None:
+            self._decoders.close()
         self._closed = True
 
     def __enter__(self) -> BinlogStream:
@@ -255,7 +334,10 @@ class BinlogStream:
                     f"the replica {where} refused the login of the binlog stream: {_error_text(exc)}"
                 ) from exc
             raise FatalSourceError(f"the binlog stream of {where} was refused: {_error_text(exc)}") from exc
-        if exc is not None and not isinstance(exc, pymysql.err.MySQLError | OSError | LibraryReconnect):
+        self._forget_ahead()  # read again from what was handed out
+        if exc is not None and not isinstance(
+            exc, pymysql.err.MySQLError | OSError | LibraryReconnect | DecoderLost
+        ):
             self._drop_reader()
             raise FatalSourceError(f"cannot decode the binlog of {where}: {_error_text(exc)}") from exc
         self._drop_reader()

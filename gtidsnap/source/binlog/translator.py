@@ -63,7 +63,9 @@ from gtidsnap.core.gtid import Gtid, GtidSet, MariadbGtid
 from gtidsnap.core.model import (
     BinlogEvent,
     Heartbeat,
+    Op,
     RowChange,
+    RowChanges,
     SchemaChange,
     TableId,
     TxBegin,
@@ -80,6 +82,7 @@ from gtidsnap.source.binlog.frame_packets import (
     mysql_gtid,
 )
 from gtidsnap.source.binlog.library import UNSUPPORTED_EVENT_TYPES
+from gtidsnap.source.binlog.row_decoders import PendingRows, RowDecoders
 from gtidsnap.source.binlog.statements import classify_statement, ddl_tables, dml_tables, redact_statement
 from gtidsnap.source.binlog.values import row_values
 
@@ -100,7 +103,7 @@ EVENTS_READ = [
 
 SchemaOf = Callable[[TableId], TableSchema | None]
 _MOST_TABLE_IDS = 4096  # table names remembered (a binlog's tables are few; never grow without bound)
-Out = MutableSequence[BinlogEvent]
+Out = MutableSequence[BinlogEvent | PendingRows]
 
 
 class _Tx:
@@ -122,14 +125,22 @@ class EventTranslator:
 
     ``describe`` names the source in error messages (``ConnectionSettings.describe()``)."""
 
-    def __init__(self, schema_of: SchemaOf, describe: str, processed: GtidSet) -> None:
+    def __init__(
+        self, schema_of: SchemaOf, describe: str, processed: GtidSet, decoders: RowDecoders | None = None
+    ) -> None:
+        """``decoders``: where plain rows events are decoded (a :class:`PendingRows` then holds each
+        one's place), except those of a replayed transaction's part still swallowed."""
         self._schema_of = schema_of
+        self._decoders = decoders
         self._describe = describe
         self._processed = processed
         self._last_commit: Gtid | None = None
         # The transaction the consumer is inside: its GTID and how many events after its TxBegin it got.
         self._open: tuple[Gtid, int] | None = None
         self._tx: _Tx | None = None
+        # The next transaction is read again from its start (a reconnect): the consumer may be inside it.
+        # Only then: a stream reading ahead translates a transaction while the consumer is in an earlier one.
+        self._resumed = False
         self._tables: dict[tuple[str, str], TableId] = {}  # (schema, table) of a rows event -> its TableId
 
     @property
@@ -141,6 +152,8 @@ class EventTranslator:
         """The consumer got ``event``: a commit is processed only once handed out."""
         if isinstance(event, RowChange) and self._open is not None:  # the most of a stream's events
             self._open = (self._open[0], self._open[1] + 1)
+        elif isinstance(event, RowChanges) and self._open is not None:
+            self._open = (self._open[0], self._open[1] + len(event))
         elif isinstance(event, TxBegin):
             self._open = (event.gtid, 0)
         elif isinstance(event, SchemaChange) and self._open is not None:
@@ -153,6 +166,7 @@ class EventTranslator:
     def interrupted(self) -> None:
         """The transaction being read will be read again from its start; ``open`` says what to swallow."""
         self._tx = None
+        self._resumed = True
 
     def translate(self, raw: Any, out: Out) -> None:
         """Append to ``out`` what ``raw`` means: a library event (events of other types are ignored) or
@@ -199,7 +213,8 @@ class EventTranslator:
         if gtid in self._processed:
             tx.skip = True
             return
-        if self._open is not None:  # replayed after a reconnect: the consumer is inside it already
+        resumed, self._resumed = self._resumed, False
+        if resumed and self._open is not None:  # replayed after a reconnect: the consumer is inside it
             open_gtid, returned = self._open
             if open_gtid != gtid:
                 raise FatalSourceError(
@@ -245,6 +260,20 @@ class EventTranslator:
         schema = self._schema_of(table)
         if schema is None:
             return  # not captured: its rows are never decoded
+        if self._decoders is not None and tx.produced >= tx.swallow:
+            found = row_images.rows_bytes(raw, schema.converters, plain_value)
+            if found is not None:
+                op: Op = (
+                    "u"
+                    if isinstance(raw, UpdateRowsEvent)
+                    else "c"
+                    if isinstance(raw, WriteRowsEvent)
+                    else "d"
+                )
+                errors, data = found
+                ts = int(raw.timestamp)
+                out.append(self._decoders.add(raw.columns, errors, schema, op, data, tx.gtid, table, ts))
+                return
         read = row_images.normalized_images(raw, schema.converters, plain_value)
         images: list[dict[str, Any]] = self._library_images(raw, table, schema) if read is None else read
         ts, key_names = int(raw.timestamp), tuple(schema.key)
