@@ -20,6 +20,7 @@ from gtidsnap.core.errors import SinkError
 from gtidsnap.core.ports import HeldSeq
 from gtidsnap.core.records import Emitted, LineBodies, SnapshotColumns, encoded_line
 
+WRITE_BUFFER = 1 << 20  # a stream of small transactions writes a few KB at a time: a system call a MB
 TAIL_BLOCK = 64 * 1024  # read backwards a block at a time: the file may be gigabytes, its lines short
 
 
@@ -54,7 +55,7 @@ class JsonlSink:
                     "the output was truncated or replaced; move the checkpoint away to start over"
                 )
             os.truncate(self.path, offset)
-            self._file = self.path.open("ab")
+            self._file = self.path.open("ab", buffering=WRITE_BUFFER)
             self._committed = offset
         except OSError as exc:
             raise SinkError(f"cannot open {self.path}: {exc}") from exc

@@ -19,12 +19,22 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
 import pymysql
 import pytest
 
 from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import Gtid, GtidSet, MariadbGtid, MysqlGtid
-from gtidsnap.core.model import BinlogEvent, Heartbeat, RowChange, SchemaChange, TableId, TxBegin, TxCommit
+from gtidsnap.core.model import (
+    BinlogEvent,
+    Heartbeat,
+    RowChange,
+    RowChanges,
+    SchemaChange,
+    TableId,
+    TxBegin,
+    TxCommit,
+)
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.source.binlog.stream import BinlogStream
 from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
@@ -136,12 +146,35 @@ def collect(
                 f"saw {len(events)} events ({stream.reconnects} reconnects), the last: {events[-5:]}",
                 pytrace=False,
             )
-        event = stream.next()
-        if event is not None:
+        for event in expanded(stream.next()):
             events.append(event)
             if on_event is not None:
                 on_event(event)
     return events
+
+
+def expanded(event: BinlogEvent | None) -> list[BinlogEvent]:
+    """The event, a decoder's ``RowChanges`` as one ``RowChange`` a row (its values read back from the
+    JSON the decoder wrote), so the tests below check both streams alike."""
+    if event is None:
+        return []
+    if not isinstance(event, RowChanges):
+        return [event]
+    changes: list[BinlogEvent] = []
+    for i, body in enumerate(event.bodies):
+        values = orjson.loads(b"{" + body + b"}")
+        old = event.old_keys[i] if event.old_keys is not None else None
+        change = RowChange(
+            event.gtid, event.table, event.op, event.keys[i], values["before"], values["after"], old
+        )
+        changes.append(dataclasses.replace(change, source_ts=event.source_ts))
+    return changes
+
+
+@pytest.fixture(params=[0, 1], ids=["inline", "decoders"])
+def decoders(request: pytest.FixtureRequest) -> int:
+    """Rows decoded on the stream's thread, or in a decoder process (``BinlogStream(decoders=...)``)."""
+    return int(request.param)
 
 
 def committed(*gtids: Gtid) -> Callable[[list[BinlogEvent]], bool]:
@@ -563,10 +596,10 @@ def check_exactly_once(events: Sequence[BinlogEvent], big: Gtid, smalls: Sequenc
 
 
 def test_a_connection_killed_mid_transaction_resumes_without_losing_or_repeating_a_row(
-    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
+    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream], decoders: int
 ) -> None:
     start, big, smalls = write_big_then_small(pair, fresh_db)
-    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S)
+    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S, decoders=decoders)
     rows = 0
     killed = False
     open_tx: Gtid | None = None
@@ -592,10 +625,10 @@ def test_a_connection_killed_mid_transaction_resumes_without_losing_or_repeating
 
 
 def test_a_connection_killed_between_transactions_resumes_after_the_last_commit(
-    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
+    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream], decoders: int
 ) -> None:
     start, big = write_big(pair, fresh_db)
-    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S)
+    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S, decoders=decoders)
     events = collect(stream, committed(big))
     assert kill_dump(pair, stream.dump_connection_id)
     events += collect(stream, lambda _: stream.reconnects >= 1, awaiting="a reconnect after the KILL")
@@ -605,10 +638,10 @@ def test_a_connection_killed_between_transactions_resumes_after_the_last_commit(
 
 
 def test_repeated_kills_inside_one_transaction(
-    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
+    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream], decoders: int
 ) -> None:
     start, big, smalls = write_big_then_small(pair, fresh_db)
-    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S)
+    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S, decoders=decoders)
     kills_at = {1, 700, 701, 1500, 2999}
     rows = 0
     kills = 0
@@ -628,12 +661,12 @@ def test_repeated_kills_inside_one_transaction(
 
 
 def test_a_big_transaction_streams_whole_without_a_kill(
-    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
+    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream], decoders: int
 ) -> None:
     """The baseline of the kill tests above. How fast it decodes is measured by scripts/bench (part b),
     not here: a test asserting a rate fails on a loaded machine and proves nothing about correctness."""
     start, big, smalls = write_big_then_small(pair, fresh_db)
-    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S)
+    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S, decoders=decoders)
     events = collect(stream, committed(*smalls))
     check_exactly_once(events, big, smalls)
 
@@ -642,7 +675,7 @@ def test_a_big_transaction_streams_whole_without_a_kill(
 
 
 def test_restart_from_a_set_yields_exactly_the_transactions_after_it(
-    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
+    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream], decoders: int
 ) -> None:
     table = TableId(fresh_db, "r")
     with pair.primary(fresh_db) as conn:
@@ -653,7 +686,7 @@ def test_restart_from_a_set_yields_exactly_the_transactions_after_it(
             for n in range(5)
         ]
         pair.wait_replicated(conn)
-    stream = open_stream(start, table, heartbeat_s=HEARTBEAT_S)
+    stream = open_stream(start, table, heartbeat_s=HEARTBEAT_S, decoders=decoders)
     middle: list[GtidSet] = []
 
     def on_event(event: BinlogEvent) -> None:
@@ -683,7 +716,7 @@ def test_restart_from_a_set_yields_exactly_the_transactions_after_it(
 # --------------------------------------------------------------------------- errors
 
 
-def test_an_error_while_normalising_loses_nothing(pair: ReplicaPair, fresh_db: str) -> None:
+def test_an_error_while_normalising_loses_nothing(pair: ReplicaPair, fresh_db: str, decoders: int) -> None:
     table = TableId(fresh_db, "r")
     with pair.primary(fresh_db) as conn:
         commit(pair, conn, "CREATE TABLE r (id INT PRIMARY KEY)")
@@ -703,7 +736,9 @@ def test_an_error_while_normalising_loses_nothing(pair: ReplicaPair, fresh_db: s
             raise RuntimeError("schema lookup failed")
         return captured(asked)
 
-    stream = BinlogStream(reader_settings(pair), flavor(pair), start, flaky, heartbeat_s=HEARTBEAT_S)
+    stream = BinlogStream(
+        reader_settings(pair), flavor(pair), start, flaky, heartbeat_s=HEARTBEAT_S, decoders=decoders
+    )
     events: list[BinlogEvent] = []
     errors = 0
     deadline = time.monotonic() + TIMEOUT_S  # a hang guard
@@ -720,8 +755,7 @@ def test_an_error_while_normalising_loses_nothing(pair: ReplicaPair, fresh_db: s
             except RuntimeError:
                 errors += 1
                 continue
-            if event is not None:
-                events.append(event)
+            events.extend(expanded(event))
     finally:
         stream.close()
         captured.close()

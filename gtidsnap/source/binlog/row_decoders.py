@@ -25,6 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import pickle
+import queue
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -129,15 +132,20 @@ def _bodies(names: tuple[str, ...], op: Op, images: list[dict[str, Any]]) -> tup
 
 def serve(conn: Any) -> None:
     """A decoder process: batches in, their results out, in order, until told to stop (None) or the
-    stream's end of the pipe closes."""
+    stream's end of the pipe closes. Answers go out from a thread of their own: a process blocked
+    writing an answer the stream has not read yet would stop reading, and the stream, sending its next
+    batch, would wait for it for ever (one pipe each way, both full)."""
+    outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    sender = threading.Thread(target=_send_answers, args=(conn, outbox), name="answers", daemon=True)
+    sender.start()
     shapes: dict[int, Shape] = {}
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
-            return
+            break
         if message is None:
-            return
+            break
         batch_id, reset, new_shapes, events = message
         try:
             if reset:
@@ -147,7 +155,17 @@ def serve(conn: Any) -> None:
             answer: Any = [decode_rows(shapes[shape_id], op, data) for shape_id, op, data in events]
         except Exception as exc:
             answer = f"{type(exc).__name__}: {exc}"[:500]
-        conn.send((batch_id, answer))
+        outbox.put(pickle.dumps((batch_id, answer), pickle.HIGHEST_PROTOCOL))
+    outbox.put(None)
+    sender.join(timeout=1.0)
+
+
+def _send_answers(conn: Any, outbox: queue.SimpleQueue[bytes | None]) -> None:
+    while (answer := outbox.get()) is not None:
+        try:
+            conn.send_bytes(answer)
+        except OSError:  # the stream is gone
+            return
 
 
 @dataclass(eq=False, slots=True)
@@ -262,16 +280,8 @@ class RowDecoders:
         self.batches += 1
 
     def done(self, pending: PendingRows) -> bool:
-        """Whether ``pending``'s result is back (reads the answers that are, without waiting)."""
-        batch = pending.batch
-        if batch.results is not None:
-            return True
-        if batch.worker < 0:
-            return False
-        worker = self._workers[batch.worker]
-        while batch.results is None and worker.conn.poll(0):
-            self._receive(worker)
-        return batch.results is not None
+        """Whether ``pending``'s result was read already (a look at the pipe costs more than it saves)."""
+        return pending.batch.results is not None
 
     def resolve(self, pending: PendingRows) -> list[RowChanges | RowChange]:
         """``pending``'s changes, waiting for them if need be: one ``RowChanges``, or a ``RowChange`` a

@@ -58,7 +58,7 @@ from pymysqlreplication import BinLogStreamReader
 
 from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
-from gtidsnap.core.model import BinlogEvent, Flavor, SchemaChange
+from gtidsnap.core.model import BinlogEvent, Flavor
 from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
 from gtidsnap.source.binlog.frame_packets import FramePackets
 from gtidsnap.source.binlog.library import (
@@ -74,8 +74,9 @@ from gtidsnap.source.server_errors import FATAL_TO_THE_STREAM, Meaning, code_of,
 
 log = logging.getLogger(__name__)
 
-MAX_AHEAD_BYTES = 4 * 1024 * 1024
-"""Most row bytes read ahead while decoders work (their results are held until handed out)."""
+MAX_AHEAD_BYTES = 256 * 1024
+"""Most row bytes read ahead while decoders work: some thousands of rows, enough to keep them busy, few
+enough to go out within milliseconds (reading ahead stops anyway when the socket has nothing)."""
 
 
 class BinlogStream:
@@ -228,9 +229,9 @@ class BinlogStream:
                 if raw is None:
                     self._on_failure(None)
                     return False
-                length = len(pending)
+                ddls = self._translator.schema_changes
                 self._translate(raw)
-                if any(type(pending[i]) is SchemaChange for i in range(length, len(pending))):
+                if self._translator.schema_changes != ddls:
                     self._ddl_ahead = True  # rows after it are decoded with the shape the engine reads anew
             changes = decoders.resolve(head)
         except DecoderLost as exc:

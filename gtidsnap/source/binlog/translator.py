@@ -141,6 +141,7 @@ class EventTranslator:
         # The next transaction is read again from its start (a reconnect): the consumer may be inside it.
         # Only then: a stream reading ahead translates a transaction while the consumer is in an earlier one.
         self._resumed = False
+        self.schema_changes = 0  # SchemaChanges made (a stream reading ahead stops at one)
         self._tables: dict[tuple[str, str], TableId] = {}  # (schema, table) of a rows event -> its TableId
 
     @property
@@ -347,6 +348,7 @@ class EventTranslator:
         else:
             if not tx.skip:
                 tables = ddl_tables(words, _decode(raw.schema))
+                self.schema_changes += 1
                 self._produce(tx, SchemaChange(tx.gtid, tables, redact_statement(statement)), out)
             if not tx.explicit:
                 self._commit(out)

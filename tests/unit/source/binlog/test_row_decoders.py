@@ -168,3 +168,21 @@ def test_a_decoding_failure_names_the_table(decoders: RowDecoders) -> None:
     schema = _schema(columns, ["int"], 1)
     with pytest.raises(FatalSourceError, match=r"rows of shop\.t: .*odd number"):
         decoders.resolve(decoders.add(columns, "strict", schema, "u", _long_rows(1, 2, 3), GTID, TABLE, 0))
+
+
+def test_many_batches_sent_before_any_answer_is_read_never_stall() -> None:
+    """Answers pile up unread while batches keep going out (the stream reads ahead): with one pipe each
+    way, a process blocked writing its answers would stop reading, and the next send would wait for ever."""
+    columns = [_column(8, name="id")]
+    schema = _schema(columns, ["int"], 1)
+    pool = RowDecoders(1, batch_bytes=9 * 500)
+    try:
+        pending = [
+            pool.add(columns, "strict", schema, "c", _long_rows(*range(n, n + 500)), GTID, TABLE, 0)
+            for n in range(0, 200 * 500, 500)
+        ]  # 100,000 rows: megabytes of answers, far past a pipe's buffer
+        assert pool.batches == 200
+        last = pool.resolve(pending[-1])[0]
+        assert isinstance(last, RowChanges) and last.keys[-1] == (200 * 500 - 1,)
+    finally:
+        pool.close()
