@@ -32,7 +32,7 @@ from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.errors import GtidsnapError, PrerequisiteError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext, TableProgress
-from gtidsnap.core.run_stats import RunStats, throughput_line
+from gtidsnap.core.run_stats import RunStats, decoders_line, throughput_line
 
 if TYPE_CHECKING:
     from gtidsnap.source.replica import Replica
@@ -179,7 +179,9 @@ class _Display:
             )
 
     def __call__(self, context: SnapshotContext, stats: RunStats) -> None:
-        note = "; ".join(filter(None, [stream_wait_note(stats), throughput_line(stats.readers)]))
+        note = "; ".join(
+            filter(None, [stream_wait_note(stats), throughput_line(stats.readers), decoders_line(stats)])
+        )
         if self.progress is not None:
             current = context.current()
             for t in context.tables:

@@ -95,6 +95,14 @@ class CheckpointPort(Protocol):
     def save(self, checkpoint: Checkpoint) -> None: ...
 
 
+class DecoderFigures(Protocol):
+    """What the engine reports of a binlog stream's decoder processes (progress, metrics)."""
+
+    count: int  # processes at once
+    started: int  # processes started, restarts included
+    rows: list[int]  # rows decoded by each
+
+
 class Sink(Protocol):
     def open(self, committed: Any) -> None:
         """Start from the position of the last checkpoint (None: nothing committed yet)."""

@@ -72,6 +72,8 @@ class RunStats:
     window_opened_at: float | None = None
     # With chunk readers (gtidsnap.snapshot.planner): each reader's work, by its process id.
     readers: dict[int, ReaderThroughput] = field(default_factory=dict)
+    decoded: list[int] = field(default_factory=list)  # rows decoded by each binlog decoder process
+    decoder_restarts: int = 0  # decoder processes started again (one died)
     failed: dict[str, str] = field(default_factory=dict)  # snapshots that failed in this run: table -> why
     # For /metrics (gtidsnap.observe.metrics), counted where it happens, read when scraped:
     # (schema, table, op) -> records: strings, whose hashes are cached (a TableId's is a Python call)
@@ -116,6 +118,13 @@ class RunStats:
         if self.window_opened_at is None:
             return 0.0
         return (time.monotonic() if now is None else now) - self.window_opened_at
+
+
+def decoders_line(stats: RunStats) -> str:
+    """Per-decoder rows for the progress display, e.g. ``decoder 1: 812.0k rows``."""
+    return " · ".join(
+        f"decoder {i}: {rows / 1000:.1f}k rows" for i, rows in enumerate(stats.decoded, start=1)
+    )
 
 
 def throughput_line(throughput: dict[int, ReaderThroughput]) -> str:

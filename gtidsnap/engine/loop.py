@@ -34,6 +34,7 @@ from gtidsnap.core.ports import (
     CheckpointedSink,
     CheckpointPort,
     ChunkReaderPool,
+    DecoderFigures,
     DrainingSink,
     RenderingSink,
     ReplicaPort,
@@ -104,6 +105,7 @@ class Engine(LoopCommands):
             replica, readers=1, ranges=1, pauses_s=self.stats.chunk_pause_s
         )
         self._chunks: ChunkPlanner | None = None  # set while run() runs
+        self._decoders: DecoderFigures | None = None  # the stream's decoder processes, if any
         self._catalog: Callable[[], list[TableId]] = replica.tables  # the replica's tables (request patterns)
 
     # ------------------------------------------------------------------ start and resume
@@ -149,6 +151,7 @@ class Engine(LoopCommands):
             if self.on_started is not None:
                 self.on_started(self)  # e.g. the signal consumer, which seeks to the checkpointed offsets
             stream: StreamPort = self.open_stream(self.processed, self._schema_of)
+            self._decoders = getattr(stream, "decoders", None)  # figures for progress and metrics
         except BaseException:
             self.readers.close()
             raise
@@ -380,5 +383,9 @@ class Engine(LoopCommands):
         self._report()
 
     def _report(self) -> None:
+        decoders = self._decoders
+        if decoders is not None:
+            self.stats.decoded = list(decoders.rows)
+            self.stats.decoder_restarts = max(0, decoders.started - decoders.count)
         if self.on_progress is not None:
             self.on_progress(self.context, self.stats)

@@ -46,6 +46,8 @@ COUNTERS = (
     "gtidsnap_snapshot_window_wait_seconds",
     "gtidsnap_snapshot_failures",
     "gtidsnap_reader_restarts",
+    "gtidsnap_decoder_rows",
+    "gtidsnap_decoder_restarts",
     "gtidsnap_errors",
     "gtidsnap_signals",
 )
@@ -224,6 +226,15 @@ class RunCollector(Collector):
         yield rates
         yield _counter(
             "gtidsnap_reader_restarts", "Times the chunk readers were started again", stats.reader_restarts
+        )
+        decoded = CounterMetricFamily(
+            "gtidsnap_decoder_rows", "Binlog rows decoded by each decoder process", labels=["decoder"]
+        )
+        for i, rows in enumerate(list(stats.decoded), start=1):
+            decoded.add_metric([str(i)], rows)
+        yield decoded
+        yield _counter(
+            "gtidsnap_decoder_restarts", "Decoder processes started again (one died)", stats.decoder_restarts
         )
 
     def _mirrors(self, engine: Engine) -> Iterator[Metric]:

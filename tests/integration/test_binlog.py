@@ -11,6 +11,8 @@ generous hang guard that names what was awaited and what was seen (speed is meas
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import socket
 import ssl
 import threading
@@ -621,6 +623,31 @@ def test_a_connection_killed_mid_transaction_resumes_without_losing_or_repeating
     events = collect(stream, committed(*smalls), on_event=on_event)
     assert killed
     assert open_at_reconnect[:1] == [big], "the connection should have dropped inside the big transaction"
+    check_exactly_once(events, big, smalls)
+
+
+def test_a_decoder_killed_mid_transaction_loses_and_repeats_no_row(
+    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
+) -> None:
+    """kill -9 of a decoder process: what was read ahead is dropped and read again from what was handed
+    out, by new processes, as after a lost connection."""
+    start, big, smalls = write_big_then_small(pair, fresh_db)
+    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S, decoders=1)
+    killed: list[int] = []
+    rows = 0
+
+    def on_event(event: BinlogEvent) -> None:
+        nonlocal rows
+        if isinstance(event, RowChange) and event.gtid == big:
+            rows += 1
+            if rows in (5, 1500) and stream.decoders is not None:
+                for pid in stream.decoders.pids():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+
+    events = collect(stream, committed(*smalls), on_event=on_event)
+    assert len(killed) == 2 and stream.reconnects >= 1
+    assert stream.decoders is not None and stream.decoders.started >= 2
     check_exactly_once(events, big, smalls)
 
 

@@ -220,6 +220,7 @@ class RowDecoders:
         self.ahead_bytes = 0  # row bytes sent (or about to be) whose events were not resolved yet
         self.batches = 0  # batches sent (progress, tests)
         self.started = 0  # processes started, restarts included
+        self.rows = [0] * count  # rows decoded by each process (its place: the same across restarts)
 
     def add(
         self,
@@ -300,6 +301,7 @@ class RowDecoders:
             raise FatalSourceError(f"a decoder process could not decode rows of {pending.table}: {results}")
         self.ahead_bytes -= pending.size
         decoded = results[pending.index]
+        self.rows[batch.worker] += len(decoded.keys)
         gtid, table, op, ts = pending.gtid, pending.table, pending.op, pending.source_ts
         if decoded.bodies is not None:
             return [RowChanges(gtid, table, op, decoded.keys, decoded.old_keys, decoded.bodies, ts)]

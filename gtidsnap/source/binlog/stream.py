@@ -143,6 +143,11 @@ class BinlogStream:
         return self._server_id
 
     @property
+    def decoders(self) -> RowDecoders | None:
+        """The decoder processes, if rows are decoded in them (progress, tests)."""
+        return self._decoders
+
+    @property
     def dump_connection_id(self) -> int | None:
         """The server's id of the open dump connection (as SHOW PROCESSLIST shows it), if any."""
         dump = self._guard.dump if self._guard is not None and self._reader is not None else None

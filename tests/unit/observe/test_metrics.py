@@ -52,6 +52,20 @@ def scrape(server: MonitoringServer, path: str, accept: str = "") -> tuple[int, 
         return exc.code, exc.headers["Content-Type"], exc.read().decode()
 
 
+def test_each_decoder_process_has_its_rows_and_restarts_are_counted(tmp_path: Path) -> None:
+    engine = finished_engine(tmp_path)
+    engine.stats.decoded, engine.stats.decoder_restarts = [1200, 900], 1
+    facts = ProbeFacts(time.monotonic(), None, 0, time.time(), {T: 35})
+    server = MonitoringServer("127.0.0.1:0", view_of(engine, facts)).start()
+    try:
+        got = samples(scrape(server, "/metrics")[2])
+    finally:
+        server.stop()
+    assert got["gtidsnap_decoder_rows_total", (("decoder", "1"),)] == 1200
+    assert got["gtidsnap_decoder_rows_total", (("decoder", "2"),)] == 900
+    assert got["gtidsnap_decoder_restarts_total", ()] == 1
+
+
 def test_the_metrics_say_what_the_engine_did(tmp_path: Path) -> None:
     engine = finished_engine(tmp_path)
     facts = ProbeFacts(time.monotonic(), None, 0, time.time(), {T: 35})
