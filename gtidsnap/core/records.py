@@ -111,9 +111,16 @@ class SnapshotLines:
         """Every row's line; built by C-level iterators (no Python bytecode a row)."""
         head = _LINE_HEAD + self.table_json + b","
         tail = b',"snapshot":true,"source_ts":%d}\n' % self.source_ts
-        seqs = map(b"%d".__mod__, range(self.first_seq, self.first_seq + len(self.bodies)))
-        parts = zip(repeat(head), self.bodies, repeat(_LINE_SEQ), seqs, repeat(tail))
-        return b"".join(chain.from_iterable(parts))
+        return numbered_lines(head, self.bodies, _LINE_SEQ, self.first_seq, tail)
+
+
+def numbered_lines(
+    head: bytes, bodies: Sequence[bytes], before_seq: bytes, first_seq: int, tail: bytes
+) -> bytes:
+    """``head + body + before_seq + seq + tail`` for each body, ``seq`` counting from ``first_seq``;
+    built by C-level iterators (no Python bytecode a line)."""
+    seqs = map(b"%d".__mod__, range(first_seq, first_seq + len(bodies)))
+    return b"".join(chain.from_iterable(zip(repeat(head), bodies, repeat(before_seq), seqs, repeat(tail))))
 
 
 _CHANGE_GTID = b',"gtid":'
@@ -139,9 +146,7 @@ class ChangeLines:
         """Every row's line; built by C-level iterators (no Python bytecode a row)."""
         gtid = _CHANGE_GTID + self.gtid_json + _CHANGE_SEQ
         tail = b',"snapshot":false,"source_ts":%d}\n' % self.source_ts
-        seqs = map(b"%d".__mod__, range(self.first_seq, self.first_seq + len(self.bodies)))
-        parts = zip(repeat(self.head), self.bodies, repeat(gtid), seqs, repeat(tail))
-        return b"".join(chain.from_iterable(parts))
+        return numbered_lines(self.head, self.bodies, gtid, self.first_seq, tail)
 
 
 def change_lines(changes: RowChanges, first_seq: int) -> ChangeLines:
@@ -149,15 +154,6 @@ def change_lines(changes: RowChanges, first_seq: int) -> ChangeLines:
     head = b'{"op":"%b","table":%b,' % (changes.op.encode(), orjson.dumps(str(changes.table)))
     gtid = orjson.dumps(str(changes.gtid))
     return ChangeLines(head, gtid, changes.bodies, first_seq, changes.source_ts)
-
-
-def change_body(key_columns: Sequence[str], before: Row | None, after: Row | None) -> bytes:
-    """The part of a change's JSON line from its ``"key"`` to its ``"after"``, as :meth:`Record.to_line`
-    writes it (the key shown as the row's key column values); raises what orjson raises."""
-    row = after if after is not None else before
-    assert row is not None
-    key = orjson.dumps(tuple(map(row.get, key_columns)))
-    return b'"key":%b,"before":%b,"after":%b' % (key, orjson.dumps(before), orjson.dumps(after))
 
 
 @dataclass(frozen=True, slots=True)
