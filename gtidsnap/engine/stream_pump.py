@@ -17,9 +17,9 @@ between transactions anyway, and a transaction's events come from the server at 
 itself still costs the stream about a quarter of its rate (two Python threads, one interpreter), so
 the engine pumps only while chunk readers have work (:class:`PumpedStream`).
 
-Memory stays bounded: the queue holds at most ``max_events`` events (in whole batches); when it is
-full the thread waits (checking every 0.1 s whether it was closed) with one batch at most in hand, and
-asks the stream for nothing more.
+Memory stays bounded: the queue holds at most ``max_events`` events (in whole batches; a decoder's
+``RowChanges`` weighs its rows); when it is full the thread waits (checking every 0.1 s whether it was
+closed) with one batch at most in hand, and asks the stream for nothing more.
 
 A failure of the stream ends the thread; :meth:`StreamPump.next` hands out every event read before
 it, in order, then raises that same exception object, on that call and every later one.
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from gtidsnap.core.errors import SourceError
-from gtidsnap.core.model import BinlogEvent, Heartbeat, SchemaChange, TxCommit
+from gtidsnap.core.model import BinlogEvent, Heartbeat, RowChanges, SchemaChange, TxCommit
 from gtidsnap.core.ports import StreamPort
 from gtidsnap.core.schema_cache import SchemaCache
 
@@ -130,7 +130,7 @@ class StreamPump:
             self._failure = item.error
             raise item.error
         with self._room:
-            self._queued -= len(item)
+            self._queued -= _rows(item)
             self._room.notify()
         self._taken.extend(item)
         return self._taken.popleft()
@@ -156,16 +156,18 @@ class StreamPump:
         """The thread: read until stopped or the stream fails. Every event read is queued, also when
         stopping (a detached pump hands them back; a closed one drops them with the stream)."""
         batch: list[BinlogEvent] = []
+        weight = 0  # the batch's rows (_rows)
         try:
             while not self._stop.is_set():
                 event = self._stream.next()
                 if event is not None:
                     batch.append(event)
-                    if len(batch) < self._batch_events and not isinstance(event, TxCommit | Heartbeat):
+                    weight += len(event) if type(event) is RowChanges else 1
+                    if weight < self._batch_events and not isinstance(event, TxCommit | Heartbeat):
                         continue
                 if batch:
                     self._put(batch)
-                batch = []
+                batch, weight = [], 0
             if batch:  # stopped inside a transaction: what was read goes back too, or it would be lost
                 self._put(batch)
         except BaseException as exc:  # handed to the consumer, whatever it is, after what came before
@@ -174,10 +176,11 @@ class StreamPump:
             self._put(_Failure(exc))
 
     def _put(self, item: list[BinlogEvent] | _Failure) -> None:
-        """Queue ``item``, waiting while the events queued would pass ``max_events``, unless stopped."""
-        size = len(item) if isinstance(item, list) else 0
+        """Queue ``item``, waiting while the rows queued would pass ``max_events``, unless stopped (a
+        batch larger than that alone goes in once the queue is empty)."""
+        size = _rows(item) if isinstance(item, list) else 0
         with self._room:
-            while self._queued + size > self._max_events and not self._stop.is_set():
+            while self._queued and self._queued + size > self._max_events and not self._stop.is_set():
                 self._room.wait(PUT_POLL_S)
             self._queued += size
         self._queue.put(item)
@@ -203,6 +206,11 @@ class StreamPump:
                 break
             events.extend(item)
         return events, failure
+
+
+def _rows(batch: list[BinlogEvent]) -> int:
+    """What a batch weighs against ``max_events``: its events, a decoder's ``RowChanges`` a row each."""
+    return sum(len(e) if type(e) is RowChanges else 1 for e in batch)
 
 
 class PumpedStream:

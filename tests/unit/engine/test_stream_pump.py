@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gtidsnap.core.gtid import MysqlGtid
-from gtidsnap.core.model import BinlogEvent, Heartbeat, RowChange, TableId, TxBegin, TxCommit
+from gtidsnap.core.model import BinlogEvent, Heartbeat, RowChange, RowChanges, TableId, TxBegin, TxCommit
 from gtidsnap.engine.stream_pump import PumpedStream, StreamPump
 
 A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -163,6 +163,25 @@ def test_a_full_queue_blocks_the_thread_and_close_still_returns_quickly() -> Non
     calls = stream.calls
     time.sleep(0.05)
     assert stream.calls == calls
+
+
+def rows_event(n: int, rows: int) -> RowChanges:
+    keys = tuple((k,) for k in range(rows))
+    return RowChanges(MysqlGtid(A, "", n), TableId("s", "t"), "c", keys, None, (b"{}",) * rows)
+
+
+def test_a_decoders_rows_events_weigh_their_rows() -> None:
+    """10 rows events of 4 rows each against a bound of 10: a few events read ahead (a batch ends at 10
+    rows; one more in hand), not all ten; one heavier than the bound still goes through."""
+    stream = FakeStream([rows_event(n, 4) for n in range(1, 11)] + [rows_event(11, 50)])
+    pump = StreamPump(stream, max_events=10).start()
+    try:
+        time.sleep(0.3)
+        assert stream.calls <= 7
+        got = take(pump, 11)
+        assert [len(e) for e in got if isinstance(e, RowChanges)] == [4] * 10 + [50]
+    finally:
+        pump.close()
 
 
 def test_taking_events_makes_room_for_more() -> None:
