@@ -22,7 +22,8 @@ from bench_lib import cli_run, env, report  # scripts/ is on sys.path: this file
 from bench_lib.context import Context
 from bench_lib.env import DATABASE
 from bench_lib.stats import ratio
-from bench_lib.streaming import CHURN_TABLE, generate_changes
+from bench_lib.streaming import CHURN_ROWS, CHURN_TABLE, generate_changes
+from bench_lib.tables import ensure_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 log = logging.getLogger("bench.memory")
@@ -50,6 +51,7 @@ def run_once(ctx: Context, work: Path, settings: dict[str, str], name: str, chan
 
 def measure(ctx: Context) -> dict[str, Any]:
     table = f"{DATABASE}.{CHURN_TABLE}"
+    ensure_table(ctx.pair, CHURN_TABLE, CHURN_ROWS)  # loaded before the priming runs, so not streamed
     works = {size: ctx.work(f"memory-{size}") for size in ("n", "5n")}
     envs = {size: cli_run.cli_env(ctx.pair, work, "jsonl", [table]) for size, work in works.items()}
     for size, settings in envs.items():  # checkpoints at the replica's current set, before the changes
