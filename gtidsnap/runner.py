@@ -91,7 +91,8 @@ def build_engine(
             heartbeat_s=config.heartbeat_s,
             server_id=config.server_id or None,
             retry_for_s=config.retry_for_s,
-            decoders=config.decoders if config.sink.type == "jsonl" else 0,
+            decoders=config.decoders,
+            decoder_json=config.sink.type == "jsonl",
         )
         if opened is not None:
             opened.append(stream)

@@ -82,7 +82,7 @@ def run_cli(ctx: Context, work: Path, settings: dict[str, str], name: str) -> di
     return result.facts()
 
 
-def profile_once(ctx: Context, primed: Path, table: str, profiler: str) -> None:
+def profile_once(ctx: Context, primed: Path, table: str, profiler: str, sink: str = "jsonl") -> None:
     """This checkout streams the same changes once more under ``profiler``; the stats go beside its logs.
 
     cProfile counts calls but inflates cheap ones; py-spy samples (raw stacks, 250 a second) and leaves
@@ -99,13 +99,17 @@ def profile_once(ctx: Context, primed: Path, table: str, profiler: str) -> None:
         stats = ctx.log_path(f"ab-{ctx.tx_rows}-profile").with_suffix(".pstats")
         command = [sys.executable, "-m", "cProfile", "-o", str(stats), *run]
     stats.parent.mkdir(parents=True, exist_ok=True)
-    settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
+    settings = cli_run.cli_env(ctx.pair, work, sink, [table])
     cli_run.CliRun(command, settings, ctx.log_path(f"ab-{ctx.tx_rows}-profile")).start().wait(ctx.timeout)
     log.info("%s, %d-row tx: profile in %s", ctx.flavor, ctx.tx_rows, stats)
 
 
 def measure(
-    contexts: list[Context], checkouts: dict[str, Path], repeats: int, profile: str | None = None
+    contexts: list[Context],
+    checkouts: dict[str, Path],
+    repeats: int,
+    profile: str | None = None,
+    sink: str = "jsonl",
 ) -> dict[int, dict[str, Any]]:
     """Each transaction size of one flavour, in turns: a turn primes an output, writes that size's
     changes and streams them with each checkout; the sizes alternate turn by turn (the machine's drift
@@ -119,31 +123,34 @@ def measure(
     outputs: dict[int, dict[str, Path]] = {c.tx_rows: {} for c in contexts}
     for turn in range(repeats):
         for ctx in contexts if turn % 2 == 0 else list(reversed(contexts)):
-            primed = prime(ctx, table)
+            primed = prime(ctx, table, sink)
             written[ctx.tx_rows].append(generate_changes(ctx, ctx.rows)["write_s"])
             order = list(checkouts) if turn % 2 == 0 else list(reversed(checkouts))
             for name in order:
                 work = primed.parent / f"{primed.name}-{name}"
-                settings = cli_run.cli_env(ctx.pair, work, "jsonl", [table])
+                settings = cli_run.cli_env(ctx.pair, work, sink, [table])
                 settings["PYTHONPATH"] = str(checkouts[name])
+                # Both checkouts use this one's Delta jars (a worktree has no .state of its own).
+                settings.setdefault("GTIDSNAP_DELTA_JARS", str(STATE_DIR / "jars" / "delta"))
                 quiet_s = wait_quiet(f"{ctx.flavor}, {ctx.tx_rows}-row tx, {name}")
                 run = stream_once(ctx, primed, work, settings, f"ab-{ctx.tx_rows}-{name}-{turn}")
                 run["quiet_wait_s"] = quiet_s
                 log.info("%s, %d-row tx, %s: %s", ctx.flavor, ctx.tx_rows, name, run)
                 runs[ctx.tx_rows][name].append(run)
-                outputs[ctx.tx_rows][name] = work / "changes.jsonl"
+                if sink == "jsonl":  # a Delta table's files differ run to run whatever they hold
+                    outputs[ctx.tx_rows][name] = work / "changes.jsonl"
             if profile and turn == repeats - 1:
-                profile_once(ctx, primed, table, profile)
+                profile_once(ctx, primed, table, profile, sink)
     return {
         ctx.tx_rows: summary(ctx, runs[ctx.tx_rows], outputs[ctx.tx_rows], written[ctx.tx_rows])
         for ctx in contexts
     }
 
 
-def prime(ctx: Context, table: str) -> Path:
+def prime(ctx: Context, table: str, sink: str) -> Path:
     """An output caught up with the replica: what follows in the binlog is this turn's changes alone."""
     primed = ctx.work(f"ab-{ctx.tx_rows}-primed")
-    settings = cli_run.cli_env(ctx.pair, primed, "jsonl", [table])
+    settings = cli_run.cli_env(ctx.pair, primed, sink, [table])
     cli_run.run(["run", "--until-caught-up"], settings, ctx.log_path(f"ab-{ctx.tx_rows}-prime"), ctx.timeout)
     return primed
 
@@ -169,7 +176,8 @@ def summary(
 def markdown(results: dict[str, Any]) -> str:
     against = f"against {results['base']} (base)" if results["base"] else "alone (no base)"
     lines = [
-        f"# Engine CPU per change streaming into JSON lines: this checkout (new) {against},"
+        f"# Engine CPU per change streaming into {_SINKS[results.get('sink', 'jsonl')]}: this checkout (new)"
+        f" {against},"
         f" {results['rows']:,} changes, {results['repeats']} runs each, in turns",
         "",
         "| flavour | rows/tx | base µs/change | new µs/change | new/base | base rows/s | new rows/s"
@@ -194,6 +202,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f" {ratio(by_size[small], by_size[large])}"
             )
     return "\n".join(lines) + "\n"
+
+
+_SINKS = {"jsonl": "JSON lines", "delta": "Delta"}
 
 
 def _rate(value: float | None) -> str:
@@ -224,6 +235,12 @@ def main() -> int:
     parser.add_argument("--flavors", default="mariadb,mysql", type=env.flavors)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each checkout, in turns")
     parser.add_argument(
+        "--sink",
+        choices=["jsonl", "delta"],
+        default="jsonl",
+        help="the output streamed into (delta: no byte check)",
+    )
+    parser.add_argument(
         "--profile",
         nargs="?",
         const="cprofile",
@@ -241,6 +258,7 @@ def main() -> int:
         "new": env.git_commit(),
         "rows": args.rows,
         "repeats": args.repeats,
+        "sink": args.sink,
         "results": {},
     }
     try:
@@ -249,7 +267,7 @@ def main() -> int:
                 Context(env.Pair.of(flavor), args.rows, 0, 0, 0.0, args.label, args.timeout, tx_rows=tx_rows)
                 for tx_rows in args.tx_rows
             ]
-            for tx_rows, got in measure(contexts, checkouts, args.repeats, args.profile).items():
+            for tx_rows, got in measure(contexts, checkouts, args.repeats, args.profile, args.sink).items():
                 results["results"][f"{flavor}-{tx_rows}"] = got
     finally:
         if base is not None:

@@ -25,7 +25,7 @@ Every setting is ``section.key`` in TOML and ``GTIDSNAP_SECTION_KEY`` in the env
     [binlog]
     heartbeat_s = 1.0
     server_id = 0                     # 0: a random id per run
-    decoders = 1                      # row decoder processes (jsonl); default one a CPU but one, at most 2
+    decoders = 1                      # row decoder processes; default one a CPU but one, at most 2
 
     [sink]
     type = "jsonl"                    # jsonl | delta
@@ -127,7 +127,7 @@ class Config:
     snapshot: SnapshotSettings = SnapshotSettings()
     heartbeat_s: float = DEFAULT_SETTINGS.binlog.heartbeat_s
     server_id: int = DEFAULT_SETTINGS.binlog.server_id
-    decoders: int = DEFAULT_SETTINGS.binlog.decoders  # binlog row decoder processes (jsonl outputs)
+    decoders: int = DEFAULT_SETTINGS.binlog.decoders  # binlog row decoder processes
     sink: SinkSettings = DEFAULT_SETTINGS.sink
     checkpoint_path: Path = Path(DEFAULT_SETTINGS.checkpoint.path)
     checkpoint_interval_s: float = DEFAULT_SETTINGS.checkpoint.interval_s

@@ -210,8 +210,8 @@ class BinlogSection(_Section):
         default_factory=lambda: min(2, usable_cpus() - 1),
         ge=0,
         le=MAX_READERS,
-        description="processes that decode the binlog's rows and write their JSON, off the engine's thread "
-        "(jsonl outputs; delta decodes on it); default: one per CPU but one (0 on one CPU), at most 2",
+        description="processes that decode the binlog's rows off the engine's thread (and, for jsonl, write "
+        "their JSON; delta gets the values back); default: one per CPU but one (0 on one CPU), at most 2",
     )
 
 

@@ -626,13 +626,17 @@ def test_a_connection_killed_mid_transaction_resumes_without_losing_or_repeating
     check_exactly_once(events, big, smalls)
 
 
+@pytest.mark.parametrize("decoder_json", [True, False], ids=["json", "values"])
 def test_a_decoder_killed_mid_transaction_loses_and_repeats_no_row(
-    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream]
+    pair: ReplicaPair, fresh_db: str, open_stream: Callable[..., BinlogStream], decoder_json: bool
 ) -> None:
     """kill -9 of a decoder process: what was read ahead is dropped and read again from what was handed
-    out, by new processes, as after a lost connection."""
+    out, by new processes, as after a lost connection; whether they write JSON (JSON lines) or send
+    values back (Delta)."""
     start, big, smalls = write_big_then_small(pair, fresh_db)
-    stream = open_stream(start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S, decoders=1)
+    stream = open_stream(
+        start, TableId(fresh_db, "big"), heartbeat_s=HEARTBEAT_S, decoders=1, decoder_json=decoder_json
+    )
     killed: list[int] = []
     rows = 0
 

@@ -85,8 +85,9 @@ class Shape:
         return cls(read, schema)
 
 
-def decode_rows(shape: Shape, op: Op, data: bytes) -> Decoded:
-    """A rows event's row bytes as keys and JSON bodies (what a process does with one event)."""
+def decode_rows(shape: Shape, op: Op, data: bytes, json: bool = True) -> Decoded:
+    """A rows event's row bytes as keys and JSON bodies, or (``json`` False: an output that wants values,
+    Delta) keys and normalised images: what a process does with one event."""
     images = read_images(shape.read, data)
     key_of, names = shape.schema.key_of, shape.schema.key
     old_keys: tuple[Key | None, ...] | None = None
@@ -100,6 +101,8 @@ def decode_rows(shape: Shape, op: Op, data: bytes) -> Decoded:
             old_keys = tuple(o if o != k else None for k, o in zip(keys, olds, strict=True))
     else:
         keys = tuple(map(key_of, images))
+    if not json:
+        return Decoded(keys, old_keys, None, images)
     try:
         bodies = _bodies(names, op, images)
     except (orjson.JSONEncodeError, KeyError):
@@ -146,13 +149,13 @@ def serve(conn: Any) -> None:
             break
         if message is None:
             break
-        batch_id, reset, new_shapes, events = message
+        batch_id, reset, json, new_shapes, events = message
         try:
             if reset:
                 shapes.clear()
             for shape_id, columns, errors, schema in new_shapes:
                 shapes[shape_id] = Shape.of(columns, errors, schema)
-            answer: Any = [decode_rows(shapes[shape_id], op, data) for shape_id, op, data in events]
+            answer: Any = [decode_rows(shapes[shape_id], op, data, json) for shape_id, op, data in events]
         except Exception as exc:
             answer = f"{type(exc).__name__}: {exc}"[:500]
         outbox.put(pickle.dumps((batch_id, answer), pickle.HIGHEST_PROTOCOL))
@@ -201,12 +204,15 @@ class _Worker:
 
 
 class RowDecoders:
-    """``count`` decoder processes, started on the first event sent and again after one is lost."""
+    """``count`` decoder processes, started on the first event sent and again after one is lost.
+    ``json``: they write each change's JSON (a JSON-lines output); False: they send the normalised
+    values back (Delta builds its columns from them), still sparing the engine's thread the decoding."""
 
-    def __init__(self, count: int, batch_bytes: int = BATCH_BYTES) -> None:
+    def __init__(self, count: int, batch_bytes: int = BATCH_BYTES, json: bool = True) -> None:
         if count < 1:
             raise ValueError(f"decoder processes must be at least 1, got {count}")
         self.count = count
+        self.json = json
         self._batch_bytes = batch_bytes
         self._workers: list[_Worker] = []
         self._turn = 0
@@ -273,7 +279,7 @@ class RowDecoders:
                 worker.known.add(shape_id)
         reset, worker.reset = worker.reset, False
         try:
-            worker.conn.send((batch.id, reset, new_shapes, batch.events))
+            worker.conn.send((batch.id, reset, self.json, new_shapes, batch.events))
         except (OSError, ValueError) as exc:
             raise DecoderLost(f"decoder process {worker.process.pid} is gone ({exc})") from exc
         batch.worker = index

@@ -93,10 +93,12 @@ class BinlogStream:
         *,
         retry_for_s: float = 60.0,
         decoders: int = 0,
+        decoder_json: bool = True,
     ) -> None:
         """``retry_for_s`` bounds how long transient failures are retried before ``SourceError``;
         ``decoders``: decoder processes for the rows' JSON (:mod:`gtidsnap.source.binlog.row_decoders`;
-        0: rows are decoded on the caller's thread, into ``RowChange`` s)."""
+        0: rows are decoded on the caller's thread, into ``RowChange`` s); ``decoder_json`` False: they
+        send values back, made into ``RowChange`` s (an output that is not JSON lines)."""
         if flavor not in ("mysql", "mariadb"):
             raise ValueError(f"unknown server flavour {flavor!r}; expected 'mysql' or 'mariadb'")
         if flavor == "mariadb" and not isinstance(start, MariadbGtidSet):
@@ -110,7 +112,7 @@ class BinlogStream:
         self._heartbeat_s = heartbeat_s
         self._server_id = server_id if server_id is not None else random.randint(100_000, 2**31 - 1)
         self._retry_for_s = retry_for_s
-        self._decoders = RowDecoders(decoders) if decoders > 0 else None
+        self._decoders = RowDecoders(decoders, json=decoder_json) if decoders > 0 else None
         # What was read and handed out (processed, the open transaction): the translator's facts.
         self._translator = EventTranslator(schema_of, settings.describe(), start, self._decoders)
         self._reader: BinLogStreamReader | None = None

@@ -88,8 +88,14 @@ def test_a_decoders_lines_are_the_engines_own(
         changes = RowChanges(GTID, TABLE, op, result.keys, result.old_keys, result.bodies, 5)
         return _touched(changes.touched_keys()), change_lines(changes, seq).to_lines()
 
+    def values() -> tuple[Any, bytes]:  # what a decoder sends back for an output that is not JSON lines
+        result = decode_rows(Shape.of(columns, "strict", _fresh(schema)), op, raw, json=False)
+        assert result.bodies is None and result.images is not None
+        return _inline_lines(op, result.images, schema, seq)
+
     ours, expected = _outcome(decoded), _outcome(inline)
     assert repr(ours) == repr(expected)  # repr: NaN keys compare equal to themselves
+    assert repr(_outcome(values)) == repr(expected)
 
 
 def _fresh(schema: TableSchema) -> TableSchema:
@@ -147,6 +153,20 @@ def test_a_row_orjson_cannot_write_comes_back_as_values(decoders: RowDecoders) -
     assert isinstance(change, RowChange) and change.key == (4,) and change.key_columns == ("id",)
     record = change_record(change, 0).to_line()
     assert record.startswith(b'{"op":"c","table":"shop.t","key":[4]')
+
+
+def test_without_json_every_row_comes_back_as_values() -> None:
+    """A Delta output's decoders: the same keys, as ``RowChange`` s carrying the images (no JSON)."""
+    columns = [_column(8, name="id"), _column(8, name="v")]
+    schema = _schema(columns, ["int", "int"], 1)
+    row = lambda i, v: b"\x00" + i.to_bytes(8, "little") + v.to_bytes(8, "little")  # noqa: E731
+    pool = RowDecoders(1, json=False)
+    try:
+        got = pool.resolve(pool.add(columns, "strict", schema, "u", row(1, 5) + row(2, 6), GTID, TABLE, 3))
+    finally:
+        pool.close()
+    assert got == [RowChange(GTID, TABLE, "u", (2,), {"id": 1, "v": 5}, {"id": 2, "v": 6}, (1,), 3, ("id",))]
+    assert pool.rows == [1]
 
 
 def test_a_process_that_dies_is_reported_and_replaced(decoders: RowDecoders) -> None:
