@@ -83,7 +83,8 @@ def cli_env(
             "COLUMNS": "400",  # rich wraps lines at 80 columns when not on a terminal
         }
     )
-    for name in ("GTIDSNAP_STATE_DIR", "GTIDSNAP_DELTA_JARS"):  # where the Delta jars are
+    # where the Delta jars are; how many binlog decoders (an A/B of the setting)
+    for name in ("GTIDSNAP_STATE_DIR", "GTIDSNAP_DELTA_JARS", "GTIDSNAP_BINLOG_DECODERS"):
         if name in os.environ:
             env[name] = os.environ[name]
     if chunk_size is not None:
