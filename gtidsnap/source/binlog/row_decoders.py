@@ -133,11 +133,12 @@ def _bodies(names: tuple[str, ...], op: Op, images: list[dict[str, Any]]) -> tup
     return tuple(b'"key":%b,"before":%b,"after":%b' % (key(a), dumps(b), dumps(a)) for b, a in pairs)
 
 
-def serve(conn: Any) -> None:
-    """A decoder process: batches in, their results out, in order, until told to stop (None) or the
-    stream's end of the pipe closes. Answers go out from a thread of their own: a process blocked
-    writing an answer the stream has not read yet would stop reading, and the stream, sending its next
-    batch, would wait for it for ever (one pipe each way, both full)."""
+def serve(conn: Any, json: bool = True) -> None:
+    """A decoder process: batches in, their results out (JSON bodies, or ``json`` False values), in
+    order, until told to stop (None) or the stream's end of the pipe closes. Answers go out from a
+    thread of their own: a process blocked writing an answer the stream has not read yet would stop
+    reading, and the stream, sending its next batch, would wait for it for ever (one pipe each way,
+    both full)."""
     outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
     sender = threading.Thread(target=_send_answers, args=(conn, outbox), name="answers", daemon=True)
     sender.start()
@@ -149,7 +150,7 @@ def serve(conn: Any) -> None:
             break
         if message is None:
             break
-        batch_id, reset, json, new_shapes, events = message
+        batch_id, reset, new_shapes, events = message
         try:
             if reset:
                 shapes.clear()
@@ -279,7 +280,7 @@ class RowDecoders:
                 worker.known.add(shape_id)
         reset, worker.reset = worker.reset, False
         try:
-            worker.conn.send((batch.id, reset, self.json, new_shapes, batch.events))
+            worker.conn.send((batch.id, reset, new_shapes, batch.events))
         except (OSError, ValueError) as exc:
             raise DecoderLost(f"decoder process {worker.process.pid} is gone ({exc})") from exc
         batch.worker = index
@@ -350,7 +351,9 @@ class RowDecoders:
         context = multiprocessing.get_context("spawn")
         for n in range(self.count):
             ours, theirs = context.Pipe(duplex=True)
-            process = context.Process(target=serve, args=(theirs,), name=f"gtidsnap-decoder-{n}", daemon=True)
+            process = context.Process(
+                target=serve, args=(theirs, self.json), name=f"gtidsnap-decoder-{n}", daemon=True
+            )
             process.start()
             theirs.close()  # ours sees EOF once the process ends
             self._workers.append(_Worker(process, ours))
