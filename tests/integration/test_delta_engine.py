@@ -36,7 +36,7 @@ import pytest
 
 from gtidsnap.core.model import TableId
 from gtidsnap.sinks.delta import changelog_path, mirror_path
-from gtidsnap.spark_session import default_delta_jars_dir
+from gtidsnap.sinks.delta.spark_session import default_delta_jars_dir
 from tests.integration.cdc import (
     REPO,
     Writer,
@@ -91,8 +91,8 @@ class DeltaCli:
             "GTIDSNAP_SINK_TYPE": "delta",
             # cli_env drops GTIDSNAP_*: name the jars folder the test's own Spark uses
             "GTIDSNAP_DELTA_JARS": str(default_delta_jars_dir()),
-            # as the `spark` fixture: C1 only roughly halves a cold JVM's first Delta operations
-            "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell",
+            # no PYSPARK_SUBMIT_ARGS: its --driver-java-options would replace the driver's own JVM
+            # options (C1 only with a 48 MB code cache, which a catalog run filled)
             **self.settings,
             **more,
         }
@@ -237,7 +237,8 @@ def rows_at(path: str, version: int, spark: SparkSession) -> list[tuple[Any, ...
 
 def _instants_alike(table: pa.Table) -> pa.Table:
     """Spark writes a TIMESTAMP as INT96 (pyarrow reads nanoseconds with no zone), pyarrow's files of
-    the mirror (gtidsnap.sinks.delta.mirror_files) as microseconds in UTC: the same instants, read alike."""
+    the mirror (gtidsnap.sinks.delta.mirror.file_appends) as microseconds in UTC: the same instants,
+    read alike."""
     int96 = pa.timestamp("ns")
     for i, column in enumerate(table.schema):
         if column.type == int96:
@@ -752,7 +753,9 @@ def test_kill_9_in_the_mirror_job(
     try:
         for who, crash in MIRROR_JOB_STEPS:
             if who == "gtidsnap":
-                code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash)
+                # chunks 300 ms apart: the snapshot spans several batches even when the run's first
+                # batch is slow (a warming JVM), so the N-th commit a step names always comes
+                code, log = cli.run(GTIDSNAP_TEST_CRASH_AT=crash, GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS="300")
                 assert code == -signal.SIGKILL, f"gtidsnap did not die at {crash}: exit {code}\n{tail(log)}"
                 continue
             code, log = cli.mirror_job(GTIDSNAP_TEST_CRASH_AT=crash)
