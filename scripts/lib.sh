@@ -6,16 +6,21 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE_DIR="${GTIDSNAP_STATE_DIR:-$REPO_ROOT/.state}"
 mkdir -p "$STATE_DIR"
+STATE_DIR="$(cd "$STATE_DIR" && pwd -P)"  # the real folder: servers write it into their files (binlog.index)
 
 # Loopback ports (always used as 127.0.0.1:PORT, never a bare port).
 MARIADB_PRIMARY_PORT="${MARIADB_PRIMARY_PORT:-33061}"
 MARIADB_REPLICA_PORT="${MARIADB_REPLICA_PORT:-33062}"
 MARIADB_REPLICA2_PORT="${MARIADB_REPLICA2_PORT:-33063}"  # a second replica of the same primary (failover)
+# An unrelated MariaDB primary -> replica with the same server ids and GTID domain (another primary's history)
+MARIADB_OTHER_PRIMARY_PORT="${MARIADB_OTHER_PRIMARY_PORT:-33064}"
+MARIADB_OTHER_REPLICA_PORT="${MARIADB_OTHER_REPLICA_PORT:-33065}"
 MYSQL_PRIMARY_PORT="${MYSQL_PRIMARY_PORT:-33071}"
 MYSQL_REPLICA_PORT="${MYSQL_REPLICA_PORT:-33072}"
 MYSQL_REPLICA2_PORT="${MYSQL_REPLICA2_PORT:-33073}"
 KAFKA_BROKER_PORT="${KAFKA_BROKER_PORT:-39092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-39093}"
+METASTORE_PORT="${METASTORE_PORT:-39083}"  # the Hive metastore server (tables by name, sink.metastore)
 
 # Accounts created by the scripts. The tool's own account is read-only on the replica.
 ADMIN_USER=admin; ADMIN_PASSWORD=admin-test-pw          # tests write to primaries with it
@@ -109,4 +114,29 @@ tls_files() {
     chmod 644 ./*.pem
   ) || die "making the test certificates in $tmp failed"
   rm -rf "$TLS_DIR"; mv "$tmp" "$TLS_DIR"
+}
+
+# install_locked VENV LOCK -> a Python venv at VENV (made with $PYTHON, default python3, when missing)
+# holding exactly LOCK's versions, each file checked against LOCK's sha256 (pip --require-hashes), then
+# gtidsnap itself as an editable install of this checkout without dependencies (they are all in LOCK).
+# Idempotent: a stamp per lock names the sha256 of pyproject.toml and LOCK, so pip runs again when either
+# changes (scripts/setup installs lock/dev.txt, scripts/bench lock/bench.txt, into the same .venv).
+install_locked() {
+  local venv=$1 lock=$2 name stamp
+  [[ -f "$lock" ]] || die "missing $lock (write it with scripts/lock)"
+  name=$(basename "$lock" .txt)
+  stamp="$venv/.installed-$name-$(cat "$REPO_ROOT/pyproject.toml" "$lock" | sha256sum | cut -c1-16)"
+  [[ -f "$stamp" ]] && return 0
+  log "installing the versions $lock pins into $venv, then gtidsnap (pyspark is large; pip caches it)"
+  [[ -x "$venv/bin/python" ]] || "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+    || log "WARNING: $lock is resolved and tested for Python 3.11; $venv has $("$venv/bin/python" -V)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r "$lock" \
+    || die "pip could not install $lock into $venv (see pip's message above)"
+  # setuptools' notice that an editable install links to this checkout is what we want: not shown
+  PYTHONWARNINGS='ignore:Editable installation' \
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$REPO_ROOT" \
+    || die "pip could not install gtidsnap into $venv"
+  # this lock's earlier stamps, and the one of the unlocked install before (sha256 of pyproject.toml only)
+  rm -f "$venv/.installed-$name-"* "$venv"/.installed-????????????????; touch "$stamp"
 }

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# MariaDB primary -> two replicas (replica, replica2), GTID replication, from Debian packages, started by hand.
-# Usage: scripts/mariadb.sh install|start|stop|status   (all idempotent)
+# MariaDB primary -> two replicas (replica, replica2), GTID replication, from Debian packages, started by hand;
+# start-other: an unrelated primary -> replica (other-primary, other-replica) with the same server ids and GTID
+# domain, whose GTIDs are numbered like the first primary's (tests of another primary's history).
+# Usage: scripts/mariadb.sh install|start|start-other|stop|status   (all idempotent)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-NODES=(primary replica replica2)
-declare -A PORT=([primary]=$MARIADB_PRIMARY_PORT [replica]=$MARIADB_REPLICA_PORT [replica2]=$MARIADB_REPLICA2_PORT)
-declare -A SERVER_ID=([primary]=1 [replica]=2 [replica2]=3)
+NODES=(primary replica replica2 other-primary other-replica)
+declare -A PORT=([primary]=$MARIADB_PRIMARY_PORT [replica]=$MARIADB_REPLICA_PORT [replica2]=$MARIADB_REPLICA2_PORT
+  [other-primary]=$MARIADB_OTHER_PRIMARY_PORT [other-replica]=$MARIADB_OTHER_REPLICA_PORT)
+declare -A SERVER_ID=([primary]=1 [replica]=2 [replica2]=3 [other-primary]=1 [other-replica]=2)
+declare -A PRIMARY_OF=([replica]=primary [replica2]=primary [other-replica]=other-primary)
 
 dir_of() { echo "$STATE_DIR/mariadb-$1"; }
 client() { # client NODE ARGS... : root over the node's socket (unix_socket auth)
@@ -32,7 +36,8 @@ start_node() {
     mariadb-install-db --no-defaults --datadir="$d/data" --user=root --auth-root-authentication-method=socket --skip-test-db \
       >"$d/install.log" 2>&1 || die "mariadb-install-db failed for $node; see $d/install.log"
   fi
-  local tls=()
+  local tls=() pool=256M
+  [[ $node == other-* ]] && pool=64M  # the unrelated pair holds a few rows a test
   if [[ $node == replica2 ]]; then  # serves TLS with the harness's certificates (tests of source.tls)
     tls_files
     tls=(--ssl-ca="$TLS_DIR/ca.pem" --ssl-cert="$TLS_DIR/server-cert.pem" --ssl-key="$TLS_DIR/server-key.pem")
@@ -41,7 +46,7 @@ start_node() {
   nohup mariadbd --no-defaults --datadir="$d/data" --socket="$d/mysqld.sock" --pid-file="$d/mysqld.pid" \
     --port="${PORT[$node]}" --bind-address=127.0.0.1 --user=root --server-id="${SERVER_ID[$node]}" \
     --log-bin="$d/data/binlog" --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL \
-    --gtid-strict-mode=1 --log-slave-updates=1 --skip-name-resolve --innodb-buffer-pool-size=256M \
+    --gtid-strict-mode=1 --log-slave-updates=1 --skip-name-resolve --innodb-buffer-pool-size="$pool" \
     --max-connections=300 --log-error="$d/error.log" "${tls[@]}" >"$d/stdout.log" 2>&1 &
   echo $! >"$d/mysqld.pid"
   wait_port "${PORT[$node]}" 60 "$d/error.log"
@@ -65,10 +70,10 @@ provision_from() {
   start_node "$from"
 }
 
-bootstrap_primary() { # users are made on the primary so they replicate to the replica
-  local d; d=$(dir_of primary)
+bootstrap_primary() { # bootstrap_primary NODE: users are made on the primary so they replicate to the replica
+  local node=$1 d; d=$(dir_of "$node")
   [[ -f "$d/bootstrapped" ]] && return 0
-  client primary <<SQL
+  client "$node" <<SQL
 CREATE USER IF NOT EXISTS '$ADMIN_USER'@'%' IDENTIFIED BY '$ADMIN_PASSWORD';
 GRANT ALL PRIVILEGES ON *.* TO '$ADMIN_USER'@'%' WITH GRANT OPTION;
 CREATE USER IF NOT EXISTS '$REPL_USER'@'%' IDENTIFIED BY '$REPL_PASSWORD';
@@ -83,7 +88,7 @@ bootstrap_replica() { # bootstrap_replica NODE
   local node=$1 d; d=$(dir_of "$node")
   if [[ ! -f "$d/bootstrapped" ]]; then
     client "$node" <<SQL
-CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$MARIADB_PRIMARY_PORT, MASTER_USER='$REPL_USER',
+CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=${PORT[${PRIMARY_OF[$node]}]}, MASTER_USER='$REPL_USER',
   MASTER_PASSWORD='$REPL_PASSWORD', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1;
 SQL
     touch "$d/bootstrapped"
@@ -104,7 +109,7 @@ $(grep -E 'Last_(IO|SQL)_Error' <<<"$status")"
 start() {
   install
   start_node primary
-  bootstrap_primary
+  bootstrap_primary primary
   local n
   for n in replica replica2; do
     [[ $n == replica2 ]] && provision_from replica2 replica
@@ -115,7 +120,20 @@ start() {
     "127.0.0.1:$MARIADB_REPLICA2_PORT replicating"
 }
 
-stop() { local n; for n in replica2 replica primary; do stop_pid "$(dir_of "$n")/mysqld.pid" "mariadb-$n"; done; }
+start_other() {
+  install
+  start_node other-primary
+  bootstrap_primary other-primary
+  start_node other-replica
+  bootstrap_replica other-replica
+  log "mariadb (unrelated): primary 127.0.0.1:$MARIADB_OTHER_PRIMARY_PORT -> replica" \
+    "127.0.0.1:$MARIADB_OTHER_REPLICA_PORT replicating"
+}
+
+stop() {
+  local n
+  for n in other-replica other-primary replica2 replica primary; do stop_pid "$(dir_of "$n")/mysqld.pid" "mariadb-$n"; done
+}
 
 status() {
   local n d
@@ -129,7 +147,8 @@ status() {
 case "${1:-}" in
   install) install ;;
   start) start ;;
+  start-other) start_other ;;
   stop) stop ;;
   status) status ;;
-  *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|start-other|stop|status" >&2; exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resolves Delta Lake's JVM jars (spark/pom.xml) once into $STATE_DIR/jars/delta and prints that folder.
-# gtidsnap.spark_session passes them as spark.jars, so a SparkSession never downloads through Ivy.
+# gtidsnap.sinks.delta.spark_session passes them as spark.jars, so a SparkSession never downloads through Ivy.
 # Idempotent: a marker holding the pom's sha256 skips Maven when the folder is already complete.
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
