@@ -10,7 +10,9 @@ generous hang guard that names what was awaited and what was seen (speed is meas
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import socket
@@ -652,6 +654,75 @@ def test_a_decoder_killed_mid_transaction_loses_and_repeats_no_row(
     events = collect(stream, committed(*smalls), on_event=on_event)
     assert len(killed) == 2 and stream.reconnects >= 1
     assert stream.decoders is not None and stream.decoders.started >= 2
+    check_exactly_once(events, big, smalls)
+
+
+DECODER_HUNG_AFTER_S = 2.0
+
+
+@pytest.mark.parametrize("decoder_json", [True, False], ids=["json", "values"])
+def test_a_stopped_decoder_is_replaced_and_loses_and_repeats_no_row(
+    pair: ReplicaPair,
+    fresh_db: str,
+    open_stream: Callable[..., BinlogStream],
+    decoder_json: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SIGSTOP of a decoder process while a transaction's rows stream (it neither answers nor dies): once
+    its batch is overdue (``decoder_hung_after_s``) it is reported with one WARNING naming it, killed, and
+    the rows read again by new processes: the stream goes on within the bound, nothing lost or repeated.
+    Without the watch the stream waited for it for ever (the hang guard of ``collect`` would fail)."""
+    start, big, smalls = write_big_then_small(pair, fresh_db)
+    stream = open_stream(
+        start,
+        TableId(fresh_db, "big"),
+        heartbeat_s=HEARTBEAT_S,
+        decoders=1,
+        decoder_json=decoder_json,
+        decoder_hung_after_s=DECODER_HUNG_AFTER_S,
+    )
+    stopped: list[tuple[int, float]] = []
+    gaps: list[float] = []
+    rows = 0
+
+    def on_event(event: BinlogEvent) -> None:
+        nonlocal rows
+        if len(gaps) < len(stopped):  # the first event after a stop
+            gaps.append(time.monotonic() - stopped[-1][1])
+        if isinstance(event, RowChange) and event.gtid == big:
+            rows += 1
+            if rows in (5, 1500) and stream.decoders is not None:
+                for pid in stream.decoders.pids():
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append((pid, time.monotonic()))
+
+    result: list[list[BinlogEvent] | BaseException] = []
+
+    def read() -> None:
+        try:
+            result.append(collect(stream, committed(*smalls), on_event=on_event, timeout=120.0))
+        except BaseException as exc:  # raised in the test's thread below
+            result.append(exc)
+
+    reader = threading.Thread(target=read, name="collect", daemon=True)
+    with caplog.at_level(logging.INFO):
+        reader.start()
+        reader.join(150.0)  # a stream waiting on a stopped decoder never returns from next()
+        hung = reader.is_alive()
+        for pid, _ in stopped:  # whatever happened, nothing stays stopped (and the reader ends)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        reader.join(30.0)
+    assert not hung, f"the stream waited on a stopped decoder for good (stopped: {stopped})"
+    [events] = result
+    if isinstance(events, BaseException):
+        raise events
+    assert len(stopped) == 2 and stream.decoders is not None and stream.decoders.started >= 3
+    assert all(gap < DECODER_HUNG_AFTER_S + 15.0 for gap in gaps), f"the stream stalled: {gaps}"
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    for pid, _ in stopped:
+        mine = [w for w in warned if f"(pid {pid})" in w]
+        assert len(mine) == 1 and "has not answered" in mine[0], warned
     check_exactly_once(events, big, smalls)
 
 

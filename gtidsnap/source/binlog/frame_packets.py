@@ -21,9 +21,9 @@ anything laid out unexpectedly) is pushed back onto the connection (:class:`Dump
 by the library's ``fetchone``, so its bookkeeping (rotates, the server version, post-header lengths,
 table ids) stays its own. Like the library, it moves ``log_pos`` on with every event it reads.
 
-Used only on a library version the patches were tested on, once the reader is connected, and with no
-``skip_to_timestamp`` or ``end_log_pos`` (gtidsnap sets neither); otherwise every packet is the
-library's."""
+Used only where the library's gate allows it (:mod:`gtidsnap.source.binlog.library`), once the reader
+is connected, and with no ``skip_to_timestamp`` or ``end_log_pos`` (gtidsnap sets neither); otherwise
+every packet is the library's."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from gtidsnap.core.gtid import Gtid, MariadbGtid, MysqlGtid
 from gtidsnap.source.binlog import rows_events, table_maps
-from gtidsnap.source.binlog.library import DumpConnection, GuardedConnect, library_tested
+from gtidsnap.source.binlog.library import DumpConnection, GuardedConnect, library_gate
 from gtidsnap.source.binlog.transaction_events import begin_fields
 
 # The OK byte, then the event header: timestamp, type, server id, event size, next position, flags.
@@ -61,10 +61,12 @@ MARIADB_FL_STANDALONE = 0x01  # the GTID event's transaction has no BEGIN and no
 @dataclass(frozen=True, slots=True)
 class GtidRead:
     """A transaction's GTID event; ``standalone``: no BEGIN or XID follows (MySQL's always, as its
-    BEGIN comes as a query)."""
+    BEGIN comes as a query); ``server_id`` and ``timestamp`` of its header."""
 
     gtid: Gtid
     standalone: bool
+    server_id: int = 0
+    timestamp: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,8 @@ class FramePackets:
         allowed = getattr(reader, _PRIVATE + "allowed_events_in_packet", None)
         classes = getattr(BinLogPacketWrapper, "_BinLogPacketWrapper__event_map", None)
         self._on = (
-            library_tested()
+            library_gate().on("frame_packets")
+            and isinstance(guard.dump, DumpConnection | None)
             and isinstance(allowed, frozenset)
             and isinstance(classes, dict)
             and not reader.skip_to_timestamp
@@ -132,7 +135,7 @@ class FramePackets:
                 header = (timestamp, event_type, server_id, event_size, log_pos, flags)
                 read = rows_events.framed_rows_event(rows_class, packet, header, reader, self._event_kw())
             else:
-                read = self._read(event_type, server_id, data, event_size)
+                read = self._read(event_type, server_id, data, event_size, timestamp)
             if read is None:
                 dump.push_back(packet if packet is not None else MysqlPacket(data, dump.encoding))
                 return reader.fetchone()
@@ -141,20 +144,21 @@ class FramePackets:
             if read is not _DROPPED:
                 return read
 
-    def _read(self, event_type: int, server_id: int, data: bytes, event_size: int) -> Any:
+    def _read(self, event_type: int, server_id: int, data: bytes, event_size: int, timestamp: int) -> Any:
         """What the packet holds, :data:`_DROPPED` for nothing to hand out, None for the library's."""
         if event_type == MARIADB_GTID_EVENT:
             if len(data) < HEADER_SIZE + MARIADB_GTID_HEAD.size:
                 return None
             seq, domain, flags = MARIADB_GTID_HEAD.unpack_from(data, HEADER_SIZE)
-            return GtidRead(MariadbGtid.of(domain, server_id, seq), bool(flags & MARIADB_FL_STANDALONE))
+            standalone = bool(flags & MARIADB_FL_STANDALONE)
+            return GtidRead(MariadbGtid.of(domain, server_id, seq), standalone, server_id, timestamp)
         if event_type == XID_EVENT:
             return XID_READ
         if event_type == GTID_LOG_EVENT:
             if len(data) < HEADER_SIZE + MYSQL_GTID_HEAD.size:
                 return None
             _, sid, gno = MYSQL_GTID_HEAD.unpack_from(data, HEADER_SIZE)
-            return GtidRead(mysql_gtid(sid, gno), True)
+            return GtidRead(mysql_gtid(sid, gno), True, server_id, timestamp)
         if event_type == TABLE_MAP_EVENT:
             known = table_maps.remembered(self._body(data, event_size, self._event_kw()))
             if known is None:

@@ -1,17 +1,35 @@
-"""What python-mysql-replication 1.0.17 needs from gtidsnap to be used safely, kept apart from the
-binlog adapter (:mod:`gtidsnap.source.binlog.stream`): the event types it cannot decode (which must stop the
-stream, not be skipped), a guard against its silent redial from the start
-position, and the empty GTID set it accepts as "from the beginning"; and what gtidsnap's faster parses of
-some of its events share (:mod:`~gtidsnap.source.binlog.table_maps`,
-:mod:`~gtidsnap.source.binlog.transaction_events`, :mod:`~gtidsnap.source.binlog.rows_events`): the
-versions they were tested on, an event's body."""
+"""The one boundary between gtidsnap and the two libraries it borrows for the binlog: python-mysql-replication
+(the dump protocol, event headers, table maps, column metadata) and PyMySQL (the connections under it,
+and the snapshot's result sets).
+
+Some of gtidsnap's reads rely on their private internals: faster parses of the events every transaction
+carries (:mod:`~gtidsnap.source.binlog.table_maps`, :mod:`~gtidsnap.source.binlog.transaction_events`,
+:mod:`~gtidsnap.source.binlog.rows_events`), framing packets read off the dump socket
+(:mod:`~gtidsnap.source.binlog.frame_packets`), and a chunk's rows cut from the result set's packets
+(:mod:`gtidsnap.source.result_rows`). Those are the *fast paths*; each names the libraries it relies on
+in :data:`FAST_PATHS`, and is taken only where the installed versions are the ones in
+:data:`TESTED_VERSIONS` (written here and nowhere else; ``pyproject.toml`` pins the same, a unit test holds
+them equal). Nothing is patched at import: :func:`install` is called when a stream starts (idempotent),
+and on an untested version logs one WARNING a process naming what is off and serves the library's
+own parses (the same output, slower). The value fixes (:mod:`~gtidsnap.source.binlog.values`) are
+correctness, not speed: they are installed on any version that still has the methods they replace, and
+a stream refuses to start with a clear error on one that does not. ``gtidsnap_binlog_fast_path{path}``
+shows which are on.
+
+Besides: the event types the library cannot decode (which must stop the stream, not be skipped), a guard
+against its silent redial from the start position, the empty GTID set it accepts as "from the beginning",
+and an event's body for the fast parses."""
 
 from __future__ import annotations
 
+import logging
 import select
 import ssl
-from collections.abc import Iterator
-from importlib.metadata import version
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import pymysql
@@ -20,13 +38,119 @@ from pymysql.constants.CR import CR_SERVER_LOST
 
 from gtidsnap.source.socket_packets import payloads
 
-# The library versions whose internals gtidsnap's patches rely on (table_maps, *_events).
-TESTED_VERSIONS = ("1.0.17",)
+log = logging.getLogger(__name__)
+
+TESTED_VERSIONS: Mapping[str, str] = {"mysql-replication": "1.0.17", "PyMySQL": "1.2.4"}
+"""The distributions whose internals the fast paths read, and the one version of each they are tested on."""
+
+FAST_PATHS: Mapping[str, tuple[str, ...]] = {
+    "table_maps": ("mysql-replication", "PyMySQL"),  # a table map's body parsed once
+    "transaction_events": ("mysql-replication", "PyMySQL"),  # BEGIN and GTID events in one step
+    "rows_events": ("mysql-replication", "PyMySQL"),  # a rows event's plain header in one step
+    "frame_packets": ("mysql-replication", "PyMySQL"),  # framing packets cut off the dump socket
+    "chunk_rows": ("PyMySQL",),  # a chunk's rows cut from the result set's packets
+}
+"""Each fast path and the distributions whose private internals it reads."""
 
 
-def library_tested() -> bool:
-    """Is the installed python-mysql-replication one whose internals the patches were tested on?"""
-    return version("mysql-replication") in TESTED_VERSIONS
+@cache
+def installed_versions() -> Mapping[str, str | None]:
+    """The installed version of each of :data:`TESTED_VERSIONS`' distributions (None: not found)."""
+    found: dict[str, str | None] = {}
+    for name in TESTED_VERSIONS:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+@dataclass(frozen=True)
+class LibraryGate:
+    """The installed versions against the tested ones: which fast paths may be taken."""
+
+    found: Mapping[str, str | None]
+    tested: Mapping[str, str]
+
+    @property
+    def untested(self) -> tuple[str, ...]:
+        """The distributions whose installed version is not the tested one."""
+        return tuple(name for name, want in self.tested.items() if self.found.get(name) != want)
+
+    def on(self, path: str) -> bool:
+        """May the fast path ``path`` (a key of :data:`FAST_PATHS`) be taken?"""
+        return not set(FAST_PATHS[path]) & set(self.untested)
+
+    @property
+    def paths(self) -> dict[str, bool]:
+        return {path: self.on(path) for path in FAST_PATHS}
+
+    def warning(self) -> str:
+        versions = ", ".join(
+            f"{name} {self.found.get(name) or '(not found)'} (tested: {self.tested[name]})"
+            for name in self.untested
+        )
+        off = ", ".join(path for path, on in self.paths.items() if not on)
+        return (
+            f"untested library versions: {versions}. The fast paths that read their internals are off "
+            f"({off}): the libraries' own parses serve instead, the same output, slower. Install the "
+            "tested versions (scripts/setup installs lock/dev.txt) to have them back"
+        )
+
+
+def library_gate() -> LibraryGate:
+    """The installed versions (read once a process) against :data:`TESTED_VERSIONS`."""
+    return LibraryGate(installed_versions(), TESTED_VERSIONS)
+
+
+_LOCK = threading.Lock()
+_installed: LibraryGate | None = None  # what install() found, once a process
+
+
+def _patches() -> tuple[tuple[str, Any], ...]:
+    """(fast path, the module that patches it in): imported here, as they import this module."""
+    from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
+
+    return (
+        ("table_maps", table_maps),
+        ("transaction_events", transaction_events),
+        ("rows_events", rows_events),
+    )
+
+
+def install() -> LibraryGate:
+    """Called when a stream starts: the value fixes, and the fast paths the gate allows (idempotent); one
+    WARNING a process on an untested version. Raises RuntimeError (naming the method) where the
+    library lacks a method the value fixes replace."""
+    global _installed
+    from gtidsnap.source.binlog import values
+
+    with _LOCK:
+        gate = library_gate()
+        values.install()
+        for path, module in _patches():
+            if gate.on(path):
+                module.install()
+            else:
+                module.uninstall()
+        if gate.untested and gate != _installed:  # once a process, not once a stream
+            log.warning("%s", gate.warning())
+        _installed = gate
+        return gate
+
+
+def installed() -> LibraryGate | None:
+    """What :func:`install` found in this process (None: no stream started)."""
+    return _installed
+
+
+def uninstall() -> None:
+    """The libraries' own parses again (the benchmark's bare decode, tests); the value fixes stay."""
+    global _installed
+    with _LOCK:
+        for _, module in _patches():
+            module.uninstall()
+        _installed = None
 
 
 # Event types 1.0.17 cannot decode and that must not be skipped silently (they hold rows or GTIDs).
@@ -108,8 +232,9 @@ class DumpConnection(pymysql.connections.Connection):  # type: ignore[misc]
 
 
 class GuardedConnect:
-    """``pymysql_wrapper`` that opens one dump connection only (a :class:`DumpConnection`); the control
-    one is told apart by the ``cursorclass`` the library gives it."""
+    """``pymysql_wrapper`` that opens one dump connection only (a :class:`DumpConnection`, a plain PyMySQL
+    connection where the ``frame_packets`` fast path is off); the control one is told apart by the
+    ``cursorclass`` the library gives it."""
 
     def __init__(self) -> None:
         self.dump: pymysql.connections.Connection | None = None
@@ -121,7 +246,8 @@ class GuardedConnect:
             return pymysql.connect(**kwargs)
         if self.dump is not None:
             raise LibraryReconnect("connection lost (the library tried to redial from its start position)")
-        self.dump = DumpConnection(**kwargs)
+        dump_class = DumpConnection if library_gate().on("frame_packets") else pymysql.connections.Connection
+        self.dump = dump_class(**kwargs)
         return self.dump
 
 

@@ -1,11 +1,12 @@
 """Rows events decoded in decoder processes, so the stream uses a second core.
 
 Why: the engine's thread was the stream's limit. Most of a streamed change's CPU went to reading its row
-images and writing its JSON (the engine then only keeps order, windows' keys and the checkpoint), and
-one Python thread runs on one core. For a JSON-lines output the stream now sends a rows event's row bytes
-to a decoder process, which reads the images (:mod:`gtidsnap.source.binlog.row_images`, the same
-readers), computes each row's key and writes each change's JSON; the engine's thread gets back the keys
-and the bytes, one :class:`gtidsnap.core.model.RowChanges` an event, and splices the lines
+images and writing its JSON (the engine then only keeps order, windows' keys and the checkpoint), and one
+Python thread runs on one core. For a JSON-lines output the stream now sends a rows event's row bytes to
+a decoder process (:mod:`gtidsnap.source.binlog.decoder_process`), which reads the images
+(:mod:`gtidsnap.source.binlog.row_images`, the same readers), computes each row's key and writes each
+change's JSON; the engine's thread gets back the keys and the bytes, one
+:class:`gtidsnap.core.model.RowChanges` an event, and splices the lines
 (:class:`gtidsnap.core.records.ChangeLines`) as it splices a snapshot chunk's.
 
 Order: the stream's events stay in one queue in the order read; a rows event sent away holds its place
@@ -18,6 +19,14 @@ A row a process cannot write as JSON (text that is not valid Unicode) comes back
 stream makes ordinary ``RowChange`` s of it (the records' own fallback writes them). A process that dies
 (killed, out of memory) is ``DecoderLost``: the stream drops what was read ahead, starts new processes and
 reads again from what it handed out, as after a lost connection.
+
+A process that neither answers nor dies (stopped with SIGSTOP, swapped out, stuck in the kernel) is
+watched like a chunk reader: once the oldest batch it was sent has not come back within ``hung_after_s``
+(plus a second a MiB of the batch's rows), or a send to it or a receive of its answer has not moved a byte
+for that long (its socket buffer full, an answer stopped half-written), it is reported with one WARNING
+naming it, killed, and the same ``DecoderLost`` follows: the batch is decoded again by new processes,
+nothing lost or repeated. The clock of a process starts once it said it is ready (its imports done), so a
+slow start on a busy machine is not taken for a hang.
 """
 
 from __future__ import annotations
@@ -25,22 +34,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import pickle
-import queue
-import threading
+import socket
+import struct
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
-import orjson
-
-from gtidsnap.core.column_values import plain_value
 from gtidsnap.core.errors import FatalSourceError, SourceError
 from gtidsnap.core.gtid import Gtid
-from gtidsnap.core.model import Key, Op, RowChange, RowChanges, TableId
+from gtidsnap.core.model import Op, RowChange, RowChanges, TableId
 from gtidsnap.core.schema import TableSchema
-from gtidsnap.source.binlog.row_images import NormalImageReader, normal_image_reader, read_images
+from gtidsnap.source.binlog.decoder_process import READY, Decoded, serve
 
 log = logging.getLogger(__name__)
 
@@ -52,124 +57,33 @@ MOST_SHAPES = 512
 """Table shapes a process keeps; past it every process forgets them and is sent them again."""
 
 POLL_S = 1.0
-"""How often a wait for a process's answer checks that the process is alive."""
+"""How often a wait for a process's answer checks that the process is alive and not hung."""
+
+HUNG_AFTER_S = 20.0
+"""How long a process may hold its oldest batch before it counts as stopped or hung. A batch is at most
+``BATCH_BYTES`` of rows (milliseconds of work) or one larger event (``HUNG_BYTES_PER_S`` more), so this is
+all slack for a busy machine; it stays under the 30 s after which ``/readyz`` says the stream is quiet."""
+
+HUNG_BYTES_PER_S = 1024 * 1024
+"""Bytes of a batch's rows a process is given a second for, on top of ``hung_after_s`` (one event of a
+row with a large BLOB is a batch of its own)."""
+
+MIN_HUNG_AFTER_S = 1.0
+"""The shortest ``hung_after_s``: a healthy process taken for hung costs a restart and a re-read."""
+
+START_S = 60.0
+"""How long a new process may take to start (its imports: half a second of CPU) before it counts as hung."""
+
+MAX_HUNG_AFTER_S = 600.0
+"""The longest ``hung_after_s``: a stream held longer than this by one process is not waiting, it is stuck."""
 
 
 class DecoderLost(SourceError):
-    """A decoder process ended (killed, out of memory): what was read ahead is read again."""
+    """A decoder process ended (killed, out of memory) or hung: what was read ahead is read again."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """One rows event as a process decoded it: each row's key (and the key before an update that changed
-    it), and each change's JSON body, or, where orjson could not write one, the row images instead."""
-
-    keys: tuple[Key, ...]
-    old_keys: tuple[Key | None, ...] | None
-    bodies: tuple[bytes, ...] | None
-    images: list[dict[str, Any]] | None = None
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a process needs to decode a table's events: the reader of its row images and its schema."""
-
-    read: NormalImageReader
-    schema: TableSchema
-
-    @classmethod
-    def of(cls, columns: Any, errors: str, schema: TableSchema) -> Shape:
-        read = normal_image_reader(columns, errors, schema.converters, plain_value)
-        if read is None:  # the stream sends only what its own reader reads
-            raise ValueError(f"no row image reader for {schema.table}")
-        return cls(read, schema)
-
-
-def decode_rows(shape: Shape, op: Op, data: bytes, json: bool = True) -> Decoded:
-    """A rows event's row bytes as keys and JSON bodies, or (``json`` False: an output that wants values,
-    Delta) keys and normalised images: what a process does with one event."""
-    images = read_images(shape.read, data)
-    key_of, names = shape.schema.key_of, shape.schema.key
-    old_keys: tuple[Key | None, ...] | None = None
-    if op == "u":
-        if len(images) % 2:
-            raise ValueError(f"an update event of {shape.schema.table} with an odd number of images")
-        befores, afters = images[::2], images[1::2]
-        keys = tuple(map(key_of, afters))
-        olds = tuple(map(key_of, befores))
-        if olds != keys:
-            old_keys = tuple(o if o != k else None for k, o in zip(keys, olds, strict=True))
-    else:
-        keys = tuple(map(key_of, images))
-    if not json:
-        return Decoded(keys, old_keys, None, images)
-    try:
-        bodies = _bodies(names, op, images)
-    except (orjson.JSONEncodeError, KeyError):
-        return Decoded(keys, old_keys, None, images)
-    return Decoded(keys, old_keys, bodies)
-
-
-def _bodies(names: tuple[str, ...], op: Op, images: list[dict[str, Any]]) -> tuple[bytes, ...]:
-    """Each change's JSON from its "key" to its "after", the bytes :meth:`Record.to_line` writes there
-    (checked against it by the tests); one formatting a row, the key read by one getter."""
-    dumps = orjson.dumps
-    if len(names) == 1:
-        one = itemgetter(names[0])
-
-        def key(row: dict[str, Any]) -> bytes:
-            return b"[%b]" % dumps(one(row))
-    else:
-        many = itemgetter(*names)
-
-        def key(row: dict[str, Any]) -> bytes:
-            return dumps(many(row))
-
-    if op == "c":
-        return tuple(b'"key":%b,"before":null,"after":%b' % (key(a), dumps(a)) for a in images)
-    if op == "d":
-        return tuple(b'"key":%b,"before":%b,"after":null' % (key(b), dumps(b)) for b in images)
-    pairs = zip(images[::2], images[1::2], strict=True)
-    return tuple(b'"key":%b,"before":%b,"after":%b' % (key(a), dumps(b), dumps(a)) for b, a in pairs)
-
-
-def serve(conn: Any, json: bool = True) -> None:
-    """A decoder process: batches in, their results out (JSON bodies, or ``json`` False values), in
-    order, until told to stop (None) or the stream's end of the pipe closes. Answers go out from a
-    thread of their own: a process blocked writing an answer the stream has not read yet would stop
-    reading, and the stream, sending its next batch, would wait for it for ever (one pipe each way,
-    both full)."""
-    outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-    sender = threading.Thread(target=_send_answers, args=(conn, outbox), name="answers", daemon=True)
-    sender.start()
-    shapes: dict[int, Shape] = {}
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            break
-        if message is None:
-            break
-        batch_id, reset, new_shapes, events = message
-        try:
-            if reset:
-                shapes.clear()
-            for shape_id, columns, errors, schema in new_shapes:
-                shapes[shape_id] = Shape.of(columns, errors, schema)
-            answer: Any = [decode_rows(shapes[shape_id], op, data, json) for shape_id, op, data in events]
-        except Exception as exc:
-            answer = f"{type(exc).__name__}: {exc}"[:500]
-        outbox.put(pickle.dumps((batch_id, answer), pickle.HIGHEST_PROTOCOL))
-    outbox.put(None)
-    sender.join(timeout=1.0)
-
-
-def _send_answers(conn: Any, outbox: queue.SimpleQueue[bytes | None]) -> None:
-    while (answer := outbox.get()) is not None:
-        try:
-            conn.send_bytes(answer)
-        except OSError:  # the stream is gone
-            return
+class DecoderHung(DecoderLost):
+    """A decoder process held a batch past the bound (reported and killed already)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -179,6 +93,7 @@ class _Batch:
     size: int = 0
     worker: int = -1  # -1: not sent yet
     results: list[Decoded] | str | None = None
+    sent_at: float = 0.0  # time.monotonic() when it went to its process
 
 
 @dataclass(eq=False, slots=True)
@@ -199,9 +114,16 @@ class PendingRows:
 class _Worker:
     process: Any
     conn: Any
+    number: int  # its place (its name: gtidsnap-decoder-<number>)
+    started_at: float  # time.monotonic() when it was started
     known: set[int] = field(default_factory=set)  # shape ids the process has
     sent: deque[_Batch] = field(default_factory=deque)  # batches asked, not answered yet, in order
     reset: bool = False  # forget every shape before the next batch
+    ready_at: float | None = None  # when it said it had started (None: not yet)
+    hung: bool = False  # reported and killed: nothing more is sent to it
+
+    def describe(self) -> str:
+        return f"gtidsnap-decoder-{self.number} (pid {self.process.pid})"
 
 
 class RowDecoders:
@@ -209,9 +131,24 @@ class RowDecoders:
     ``json``: they write each change's JSON (a JSON-lines output); False: they send the normalised
     values back (Delta builds its columns from them), still sparing the engine's thread the decoding."""
 
-    def __init__(self, count: int, batch_bytes: int = BATCH_BYTES, json: bool = True) -> None:
+    def __init__(
+        self,
+        count: int,
+        batch_bytes: int = BATCH_BYTES,
+        json: bool = True,
+        hung_after_s: float | None = None,
+    ) -> None:
+        """``hung_after_s``: how long a process may hold a batch before it counts as stopped or hung and
+        is replaced (None: ``HUNG_AFTER_S``; at least ``MIN_HUNG_AFTER_S``)."""
         if count < 1:
             raise ValueError(f"decoder processes must be at least 1, got {count}")
+        hung = HUNG_AFTER_S if hung_after_s is None else hung_after_s
+        if not MIN_HUNG_AFTER_S <= hung <= MAX_HUNG_AFTER_S:  # NaN too
+            raise ValueError(
+                f"hung_after_s = {hung!r}: a decoder must be given from {MIN_HUNG_AFTER_S:g} to "
+                f"{MAX_HUNG_AFTER_S:g} s for a batch before it counts as hung"
+            )
+        self.hung_after_s = hung
         self.count = count
         self.json = json
         self._batch_bytes = batch_bytes
@@ -278,13 +215,18 @@ class RowDecoders:
                 columns, errors, schema = self._shapes[shape_id]
                 new_shapes.append((shape_id, columns, errors, _bare(schema)))
                 worker.known.add(shape_id)
+        if worker.ready_at is None and worker.conn.poll(0):
+            self._receive(worker)  # it is ready: sends to it get hung_after_s from now on
         reset, worker.reset = worker.reset, False
+        batch.worker = index
+        batch.sent_at = time.monotonic()
+        worker.sent.append(batch)  # before it is sent: a send that times out is the batch held too long
         try:
             worker.conn.send((batch.id, reset, new_shapes, batch.events))
+        except BlockingIOError as exc:  # no byte moved for hung_after_s: its socket buffer stayed full
+            raise self._hung(worker, time.monotonic() - batch.sent_at) from exc
         except (OSError, ValueError) as exc:
             raise DecoderLost(f"decoder process {worker.process.pid} is gone ({exc})") from exc
-        batch.worker = index
-        worker.sent.append(batch)
         self.batches += 1
 
     def done(self, pending: PendingRows) -> bool:
@@ -298,11 +240,14 @@ class RowDecoders:
         if batch.worker < 0:
             self.flush()
         worker = self._workers[batch.worker]
+        wait_s = min(POLL_S, self.hung_after_s / 4)
         while batch.results is None:
-            if not worker.conn.poll(POLL_S) and not worker.process.is_alive():
-                raise DecoderLost(f"decoder process {worker.process.pid} ended ({worker.process.exitcode})")
-            if worker.conn.poll(0):
+            if worker.conn.poll(wait_s):
                 self._receive(worker)
+                continue
+            if not worker.process.is_alive():
+                raise DecoderLost(f"decoder process {worker.process.pid} ended ({worker.process.exitcode})")
+            self._check_hung(worker)
         results = batch.results
         if isinstance(results, str):
             raise FatalSourceError(f"a decoder process could not decode rows of {pending.table}: {results}")
@@ -321,10 +266,14 @@ class RowDecoders:
         self.ahead_bytes = 0
 
     def close(self) -> None:
-        """Stop the processes (a new event starts new ones)."""
+        """Stop the processes (a new event starts new ones); one that is hung or stopped is killed (a
+        send to it could wait, and it would never end by itself)."""
         self.discard()
         workers, self._workers = self._workers, []
         for worker in workers:
+            if worker.hung or _stopped(worker.process.pid):
+                worker.process.kill()
+                continue
             with contextlib.suppress(OSError, ValueError):
                 worker.conn.send(None)
         for worker in workers:
@@ -351,24 +300,84 @@ class RowDecoders:
         context = multiprocessing.get_context("spawn")
         for n in range(self.count):
             ours, theirs = context.Pipe(duplex=True)
+            _timeouts(ours, max(START_S, self.hung_after_s))  # hung_after_s once it is ready
             process = context.Process(
                 target=serve, args=(theirs, self.json), name=f"gtidsnap-decoder-{n}", daemon=True
             )
             process.start()
             theirs.close()  # ours sees EOF once the process ends
-            self._workers.append(_Worker(process, ours))
+            self._workers.append(_Worker(process, ours, n, time.monotonic()))
             self.started += 1
         self._turn = 0
+
+    def _check_hung(self, worker: _Worker) -> None:
+        """Raise ``DecoderHung`` (the process reported and killed) if its oldest batch is overdue: sent
+        ``hung_after_s`` ago (plus its bytes' allowance), counted from its start once it is ready."""
+        if not worker.sent:
+            return
+        head, now = worker.sent[0], time.monotonic()
+        if worker.ready_at is None:
+            since, allowed = worker.started_at, max(START_S, self.hung_after_s)
+        else:
+            since, allowed = max(head.sent_at, worker.ready_at), self.hung_after_s
+        waited = now - since
+        if waited > allowed + head.size / HUNG_BYTES_PER_S:
+            raise self._hung(worker, waited)
+
+    def _hung(self, worker: _Worker, waited: float) -> DecoderHung:
+        """Report ``worker`` as hung, once, and kill it; the error for the stream to read again."""
+        state = "never said it started" if worker.ready_at is None else "has not answered its batch"
+        log.warning(
+            "binlog decoder %s %s in %.0f s (the process is stopped or hung): it is killed, the decoders "
+            "are started again and the rows read again",
+            worker.describe(),
+            state,
+            waited,
+        )
+        worker.hung = True
+        with contextlib.suppress(OSError):
+            worker.process.kill()
+        return DecoderHung(f"decoder process {worker.process.pid} hung ({state} in {waited:.0f} s)")
 
     def _receive(self, worker: _Worker) -> None:
         try:
             batch_id, results = worker.conn.recv()
+        except BlockingIOError as exc:  # an answer begun and not finished within hung_after_s
+            since = worker.sent[0].sent_at if worker.sent else worker.started_at
+            raise self._hung(worker, time.monotonic() - since) from exc
         except (EOFError, OSError) as exc:
             raise DecoderLost(f"decoder process {worker.process.pid} ended ({exc or 'pipe closed'})") from exc
+        if batch_id == READY:
+            worker.ready_at = time.monotonic()
+            _timeouts(worker.conn, self.hung_after_s)
+            return
         batch = worker.sent.popleft()
         if batch.id != batch_id:  # answers come in the order asked; anything else is a bug
             raise FatalSourceError(f"decoder answered batch {batch_id} for batch {batch.id}")
         batch.results = results
+
+
+def _timeouts(conn: Any, seconds: float) -> None:
+    """A send or a receive on ``conn`` (a socket pair's end) that moves no byte for ``seconds`` fails with
+    ``BlockingIOError`` instead of waiting for ever on a process that stopped: one that no longer reads
+    (its buffer full), or one stopped in the middle of writing an answer (the rest never comes)."""
+    sock = socket.socket(fileno=conn.fileno())
+    try:
+        whole = int(seconds)
+        timeval = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    finally:
+        sock.detach()  # the descriptor stays the connection's
+
+
+def _stopped(pid: int) -> bool:
+    """Is the process stopped (SIGSTOP, a debugger): it would never read a request to end."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _bare(schema: TableSchema) -> TableSchema:

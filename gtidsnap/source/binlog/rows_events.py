@@ -24,7 +24,7 @@ from pymysqlreplication.event import BinLogEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gtidsnap.source.binlog.library import event_head, library_tested
+from gtidsnap.source.binlog.library import event_head
 
 # The post-header length each plain rows event type defines: table id (6), flags (2), v2: extra length (2).
 POST_HEADER = {
@@ -167,15 +167,11 @@ def framed_rows_event(
     return event
 
 
-def install() -> bool:
-    """Patch the three parses (once; only on a tested version). Returns whether they are on."""
-    if WriteRowsEvent.__init__ is not _library_inits[WriteRowsEvent]:
-        return True
-    if not library_tested():
-        return False
+def install() -> None:
+    """Patch the three parses (idempotent; :func:`gtidsnap.source.binlog.library.install` calls it on a
+    tested version only)."""
     for cls in _library_inits:
         cls.__init__ = _fast(cls)
-    return True
 
 
 def uninstall() -> None:

@@ -41,6 +41,8 @@ table version: :mod:`gtidsnap.source.binlog.table_maps`; a transaction's GTID an
 in one step: :mod:`gtidsnap.source.binlog.transaction_events`, a rows event's header too:
 :mod:`gtidsnap.source.binlog.rows_events`). The packets that frame a transaction (GTID, BEGIN, XID, a
 table map seen before) are read without any library event object: :mod:`gtidsnap.source.binlog.frame_packets`.
+These fast paths read the libraries' internals: the stream installs them through the libraries' gate
+(:func:`gtidsnap.source.binlog.library.install`), which takes them on the tested versions only.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from pymysqlreplication import BinLogStreamReader
 from gtidsnap.core.errors import ConfigError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
 from gtidsnap.core.model import BinlogEvent, Flavor
-from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
+from gtidsnap.source.binlog import library
 from gtidsnap.source.binlog.frame_packets import FramePackets
 from gtidsnap.source.binlog.library import (
     DumpConnection,
@@ -67,7 +69,7 @@ from gtidsnap.source.binlog.library import (
     GuardedConnect,
     LibraryReconnect,
 )
-from gtidsnap.source.binlog.row_decoders import DecoderLost, PendingRows, RowDecoders
+from gtidsnap.source.binlog.row_decoders import DecoderHung, DecoderLost, PendingRows, RowDecoders
 from gtidsnap.source.binlog.translator import EVENTS_READ, EventTranslator, SchemaOf
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.server_errors import FATAL_TO_THE_STREAM, Meaning, code_of, meaning
@@ -94,25 +96,31 @@ class BinlogStream:
         retry_for_s: float = 60.0,
         decoders: int = 0,
         decoder_json: bool = True,
+        decoder_hung_after_s: float | None = None,
     ) -> None:
         """``retry_for_s`` bounds how long transient failures are retried before ``SourceError``;
         ``decoders``: decoder processes for the rows' JSON (:mod:`gtidsnap.source.binlog.row_decoders`;
         0: rows are decoded on the caller's thread, into ``RowChange`` s); ``decoder_json`` False: they
-        send values back, made into ``RowChange`` s (an output that is not JSON lines)."""
+        send values back, made into ``RowChange`` s (an output that is not JSON lines);
+        ``decoder_hung_after_s``: how long a decoder may hold a batch before it is replaced (None: the
+        default, :data:`gtidsnap.source.binlog.row_decoders.HUNG_AFTER_S`)."""
         if flavor not in ("mysql", "mariadb"):
             raise ValueError(f"unknown server flavour {flavor!r}; expected 'mysql' or 'mariadb'")
         if flavor == "mariadb" and not isinstance(start, MariadbGtidSet):
             raise TypeError(f"a MariaDB stream starts from a MariadbGtidSet, not {type(start).__name__}")
-        table_maps.install()  # table maps parsed once per table version (see that module)
-        transaction_events.install()  # BEGIN and GTID events read in one step (see that module)
-        rows_events.install()  # and a rows event's header
+        try:  # the value fixes, and the fast paths on the tested library versions (see that module)
+            library.install()
+        except RuntimeError as exc:
+            raise FatalSourceError(f"cannot read the binlog of {settings.describe()}: {exc}") from exc
         self._settings = settings
         self._flavor: Flavor = flavor
         self._schema_of = schema_of
         self._heartbeat_s = heartbeat_s
         self._server_id = server_id if server_id is not None else random.randint(100_000, 2**31 - 1)
         self._retry_for_s = retry_for_s
-        self._decoders = RowDecoders(decoders, json=decoder_json) if decoders > 0 else None
+        self._decoders = None
+        if decoders > 0:
+            self._decoders = RowDecoders(decoders, json=decoder_json, hung_after_s=decoder_hung_after_s)
         # What was read and handed out (processed, the open transaction): the translator's facts.
         self._translator = EventTranslator(schema_of, settings.describe(), start, self._decoders)
         self._reader: BinLogStreamReader | None = None
@@ -200,7 +208,10 @@ class BinlogStream:
                 continue
             self._failing_since = None
             self._backoff_s = 0.0
-            self._translate(raw)
+            try:
+                self._translate(raw)
+            except DecoderLost as exc:  # sending a rows event to a decoder found it gone or hung
+                self._lost_decoders(exc)
 
     def _translate(self, raw: Any) -> None:
         try:
@@ -242,8 +253,7 @@ class BinlogStream:
                     self._ddl_ahead = True  # rows after it are decoded with the shape the engine reads anew
             changes = decoders.resolve(head)
         except DecoderLost as exc:
-            decoders.close()  # new processes on the next event sent
-            self._on_failure(exc)
+            self._lost_decoders(exc)
             return False
         except BaseException:
             self._forget_ahead()
@@ -253,6 +263,13 @@ class BinlogStream:
         pending.popleft()
         pending.extendleft(reversed(changes))
         return True
+
+    def _lost_decoders(self, exc: DecoderLost) -> None:
+        """A decoder ended or hung: stop them all (new ones start with the next event sent) and read
+        again from what was handed out."""
+        assert self._decoders is not None
+        self._decoders.close()
+        self._on_failure(exc)
 
     def _has_data(self) -> bool:
         dump = self._guard.dump if self._guard is not None else None
@@ -364,7 +381,8 @@ class BinlogStream:
         self._backoff_s = min(5.0, max(0.1, self._backoff_s * 2))
         self._retry_at = now + self._backoff_s
         self.reconnects += 1
-        log.warning(
+        log.log(
+            logging.INFO if isinstance(exc, DecoderHung) else logging.WARNING,  # its WARNING said it
             "binlog stream of %s lost (%s); resuming after %s in %.1fs",
             where,
             self._last_error,

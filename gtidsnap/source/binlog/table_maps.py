@@ -11,8 +11,8 @@ is reopened under a new table id has new bytes, hence a parse of its own. A pars
 the library fetched from the server (no names in the event) is never reused.
 
 The library's class is patched in place, not subclassed: its packet reader only builds events whose
-class is ``TableMapEvent`` itself. :class:`gtidsnap.source.binlog.stream.BinlogStream` installs the
-patch (once per process), and only on the library version whose internals it relies on."""
+class is ``TableMapEvent`` itself. The library's gate (:func:`gtidsnap.source.binlog.library.install`,
+when a stream starts) installs the patch, and only on the versions whose internals it relies on."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 from pymysqlreplication.event import BinLogEvent
 from pymysqlreplication.row_event import TableMapEvent
 
-from gtidsnap.source.binlog.library import event_body, library_tested
+from gtidsnap.source.binlog.library import event_body
 
 KEPT = 512  # distinct table map bodies remembered (the least recently used go first)
 
@@ -91,14 +91,10 @@ def _self_contained(event: TableMapEvent) -> bool:
     return getattr(event, "table_obj", None) is not None and bool(names) and len(names) == columns
 
 
-def install() -> bool:
-    """Patch the library's table map parse (once; only on a tested version). Returns whether it is on."""
-    if TableMapEvent.__init__ is _cached_init:
-        return True
-    if not library_tested():
-        return False
+def install() -> None:
+    """Patch the library's table map parse (idempotent; :func:`gtidsnap.source.binlog.library.install`
+    calls it on a tested version only)."""
     TableMapEvent.__init__ = _cached_init
-    return True
 
 
 def uninstall() -> None:

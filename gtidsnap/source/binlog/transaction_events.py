@@ -20,7 +20,7 @@ from typing import Any
 from pymysqlreplication.constants.BINLOG import QUERY_EVENT
 from pymysqlreplication.event import BinLogEvent, GtidEvent, MariadbGtidEvent, QueryEvent
 
-from gtidsnap.source.binlog.library import event_body, library_tested
+from gtidsnap.source.binlog.library import event_body
 
 QUERY_POST_HEADER = struct.Struct("<IIBHH")  # thread id, exec time, schema length, error code, status length
 GTID_BODY = struct.Struct("<B16sQBQQ")  # commit flag, server id, number, lt type, last committed, seq no
@@ -88,16 +88,12 @@ def _mariadb_gtid_init(
     self.gtid = f"{self.domain_id}-{self.server_id}-{self.gtid_seq_no}"
 
 
-def install() -> bool:
-    """Patch the three parses (once; only on a tested version). Returns whether they are on."""
-    if QueryEvent.__init__ is _query_init:
-        return True
-    if not library_tested():
-        return False
+def install() -> None:
+    """Patch the three parses (idempotent; :func:`gtidsnap.source.binlog.library.install` calls it on a
+    tested version only)."""
     QueryEvent.__init__ = _query_init
     GtidEvent.__init__ = _gtid_init
     MariadbGtidEvent.__init__ = _mariadb_gtid_init
-    return True
 
 
 def uninstall() -> None:

@@ -110,10 +110,11 @@ class _Tx:
     """The transaction being read: what to drop of it and whether it ends on its own (a plain class:
     one is made a transaction, positionally)."""
 
-    __slots__ = ("explicit", "gtid", "produced", "skip", "swallow")
+    __slots__ = ("explicit", "gtid", "produced", "server_id", "skip", "swallow", "timestamp")
 
-    def __init__(self, gtid: Gtid, explicit: bool) -> None:
+    def __init__(self, gtid: Gtid, explicit: bool, server_id: int, timestamp: int) -> None:
         self.gtid = gtid
+        self.server_id, self.timestamp = server_id, timestamp  # its GTID event's header
         self.skip = False  # already in processed: drop everything up to its end
         self.explicit = explicit  # a BEGIN (or a non-standalone MariaDB GTID): ends with XID/COMMIT
         self.produced = 0  # events after TxBegin generated in this read of it (handed out or swallowed)
@@ -174,17 +175,19 @@ class EventTranslator:
         a framing packet read without one (:mod:`gtidsnap.source.binlog.frame_packets`)."""
         kind = type(raw)
         if kind is GtidRead:
-            self._begin(raw.gtid, out, standalone=raw.standalone)
+            self._begin(raw.gtid, out, raw.standalone, raw.server_id, raw.timestamp)
         elif kind is FrameRead:
             if raw is XID_READ:
                 self._commit(out)
             elif raw is BEGIN_READ:
                 self._open_tx("the statement 'BEGIN'").explicit = True
         elif isinstance(raw, GtidEvent):
-            self._begin(mysql_gtid(raw.sid, raw.gno), out, standalone=True)  # never tagged: those stop
+            untagged = mysql_gtid(raw.sid, raw.gno)  # never tagged: those stop
+            self._begin(untagged, out, True, raw.packet.server_id, raw.timestamp)
         elif isinstance(raw, MariadbGtidEvent):
             gtid = MariadbGtid(raw.domain_id, raw.server_id, raw.gtid_seq_no)
-            self._begin(gtid, out, standalone=bool(raw.flags & MARIADB_FL_STANDALONE))
+            standalone = bool(raw.flags & MARIADB_FL_STANDALONE)
+            self._begin(gtid, out, standalone, raw.server_id, raw.timestamp)
         elif isinstance(raw, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
             self._rows(raw, out)
         elif isinstance(raw, XidEvent | XAPrepareEvent):
@@ -202,14 +205,15 @@ class EventTranslator:
 
     # ------------------------------------------------------------------ transactions
 
-    def _begin(self, gtid: Gtid, out: Out, *, standalone: bool) -> None:
-        """``standalone``: MySQL's GTID says nothing; a BEGIN query makes it explicit."""
+    def _begin(self, gtid: Gtid, out: Out, standalone: bool, server_id: int, timestamp: int) -> None:
+        """``standalone``: MySQL's GTID says nothing; a BEGIN query makes it explicit. ``server_id``,
+        ``timestamp``: the GTID event's header (the commit carries them)."""
         if self._tx is not None:
             raise FatalSourceError(
                 f"transaction {self._tx.gtid} has no commit before {gtid} in the binlog of "
                 f"{self._describe} (an event type python-mysql-replication cannot read?)"
             )
-        tx = _Tx(gtid, not standalone)
+        tx = _Tx(gtid, not standalone, server_id, timestamp)
         self._tx = tx
         if gtid in self._processed:
             tx.skip = True
@@ -244,7 +248,7 @@ class EventTranslator:
         tx = self._open_tx("a commit")
         self._tx = None
         if not tx.skip:
-            out.append(TxCommit(tx.gtid))
+            out.append(TxCommit(tx.gtid, tx.server_id, tx.timestamp))
 
     # ------------------------------------------------------------------ contents
 

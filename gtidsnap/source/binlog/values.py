@@ -21,8 +21,9 @@ What the library gets wrong, measured on MySQL 8.0 and MariaDB 10.11, and what r
   :func:`row_values` puts back an empty set.
 
 The library reads these through private methods of ``RowsEvent`` (``__read_time2``, ...) and the
-module function ``json_binary.parse_opaque``; importing this module replaces them (once, checked
-against the pinned version), with thin shims around the pure decoders below.
+module function ``json_binary.parse_opaque``; :func:`install` replaces them with thin shims around the
+pure decoders below, when a stream starts (:func:`gtidsnap.source.binlog.library.install`), never at
+import.
 """
 
 from __future__ import annotations
@@ -226,19 +227,16 @@ _READERS: dict[str, Callable[..., Any]] = {
 
 
 def install() -> None:
-    """Replace the library's decoders with the ones above; idempotent. Fails loudly if the library
-    no longer has a method we replace (another version than the pinned 1.0.17)."""
+    """Replace the library's decoders with the ones above (idempotent; called by
+    :func:`gtidsnap.source.binlog.library.install` when a stream starts). Raises RuntimeError, nothing
+    replaced, if the library no longer has a method they replace."""
+    missing = [_PRIVATE + n for n in _READERS if not callable(getattr(RowsEvent, _PRIVATE + n, None))]
+    missing += [] if callable(getattr(json_binary, "parse_opaque", None)) else ["json_binary.parse_opaque"]
+    if missing:
+        raise RuntimeError(
+            f"this python-mysql-replication has no {', '.join(missing)}, which gtidsnap replaces to decode "
+            "TIME, DATE, DATETIME and JSON values exactly; install the tested version (scripts/setup)"
+        )
     for name, reader in _READERS.items():
-        attribute = _PRIVATE + name
-        if not callable(getattr(RowsEvent, attribute, None)):
-            raise RuntimeError(
-                f"python-mysql-replication has no RowsEvent.{attribute}: gtidsnap's value decoding "
-                "fixes are written for version 1.0.17"
-            )
-        setattr(RowsEvent, attribute, reader)
-    if not callable(getattr(json_binary, "parse_opaque", None)):
-        raise RuntimeError("python-mysql-replication has no json_binary.parse_opaque (gtidsnap needs 1.0.17)")
+        setattr(RowsEvent, _PRIVATE + name, reader)
     json_binary.parse_opaque = parse_json_opaque
-
-
-install()

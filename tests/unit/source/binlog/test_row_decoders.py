@@ -4,8 +4,12 @@ processes themselves: answers in order across processes and batches, a process t
 
 from __future__ import annotations
 
+import logging
 import os
+import select
 import signal
+import socket
+import time
 from typing import Any
 
 import pytest
@@ -21,7 +25,8 @@ from gtidsnap.core.records import change_lines, change_record
 from gtidsnap.core.schema import Column as SchemaColumn
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.source.binlog import row_images
-from gtidsnap.source.binlog.row_decoders import DecoderLost, RowDecoders, Shape, decode_rows
+from gtidsnap.source.binlog.decoder_process import Shape, decode_rows
+from gtidsnap.source.binlog.row_decoders import DecoderLost, RowDecoders
 from tests.unit.source.binlog.test_row_images import _column, _event, events
 
 TABLE = TableId("shop", "t")
@@ -204,5 +209,111 @@ def test_many_batches_sent_before_any_answer_is_read_never_stall() -> None:
         assert pool.batches == 200
         last = pool.resolve(pending[-1])[0]
         assert isinstance(last, RowChanges) and last.keys[-1] == (200 * 500 - 1,)
+    finally:
+        pool.close()
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """Has ``pid`` ended (no process, or a zombie)?"""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_stopped_process_is_reported_killed_and_replaced(caplog: pytest.LogCaptureFixture) -> None:
+    """SIGSTOP: the process neither answers nor dies. Its batch is overdue after ``hung_after_s``: one
+    WARNING naming it, the process killed, ``DecoderHung`` (a ``DecoderLost``: the stream reads again)."""
+    columns = [_column(8, name="id")]
+    schema = _schema(columns, ["int"], 1)
+    pool = RowDecoders(1, hung_after_s=1.0)
+    try:
+        pool.resolve(pool.add(columns, "strict", schema, "c", _long_rows(1), GTID, TABLE, 0))
+        (pid,) = pool.pids()
+        os.kill(pid, signal.SIGSTOP)
+        pending = pool.add(columns, "strict", schema, "c", _long_rows(2), GTID, TABLE, 0)
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING), pytest.raises(DecoderLost, match="hung"):
+            pool.resolve(pending)
+        assert time.monotonic() - started < 1.0 + 3 * 0.25 + 1.0  # the bound, a poll or so, slack
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1 and f"gtidsnap-decoder-0 (pid {pid})" in warned[0], warned
+        assert _gone(pid), "the stopped decoder was not killed"
+        pool.close()
+        (changes,) = pool.resolve(pool.add(columns, "strict", schema, "c", _long_rows(2), GTID, TABLE, 0))
+        assert isinstance(changes, RowChanges) and changes.keys == ((2,),) and pool.started == 2
+    finally:
+        pool.close()
+
+
+def test_a_send_to_a_stopped_process_does_not_wait_for_ever() -> None:
+    """Batches keep going to a stopped process until its socket's buffer is full: the send that moves no
+    byte for ``hung_after_s`` fails as ``DecoderHung`` instead of blocking the stream for good."""
+    columns = [_column(8, name="id")]
+    schema = _schema(columns, ["int"], 1)
+    pool = RowDecoders(1, batch_bytes=9 * 1000, hung_after_s=1.0)
+    try:
+        pool.resolve(pool.add(columns, "strict", schema, "c", _long_rows(1), GTID, TABLE, 0))
+        (pid,) = pool.pids()
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(DecoderLost, match="hung"):
+            for n in range(0, 10_000_000, 1000):  # ~90 MB at most: far past any socket buffer
+                pool.add(columns, "strict", schema, "c", _long_rows(*range(n, n + 1000)), GTID, TABLE, 0)
+        assert time.monotonic() - started < 10.0
+        assert _gone(pid), "the stopped decoder was not killed"
+    finally:
+        pool.close()
+
+
+def test_closing_never_waits_on_a_stopped_process() -> None:
+    columns = [_column(8, name="id")]
+    schema = _schema(columns, ["int"], 1)
+    pool = RowDecoders(2)
+    pool.resolve(pool.add(columns, "strict", schema, "c", _long_rows(1), GTID, TABLE, 0))
+    pids = pool.pids()
+    os.kill(pids[0], signal.SIGSTOP)
+    started = time.monotonic()
+    pool.close()
+    assert time.monotonic() - started < 5.0
+    assert all(_gone(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("bound", [0.5, float("nan"), 1e9, 601.0])
+def test_a_hung_bound_out_of_range_is_refused(bound: float) -> None:
+    with pytest.raises(ValueError, match="hung_after_s"):
+        RowDecoders(1, hung_after_s=bound)
+
+
+def test_a_process_stopped_in_the_middle_of_an_answer_is_replaced() -> None:
+    """A process stopped while it writes a large answer: the stream sees the answer begin and waits for
+    its rest, which never comes; that receive is bounded too."""
+    columns = [_column(8, name="id")]
+    schema = _schema(columns, ["int"], 1)
+    pool = RowDecoders(1, batch_bytes=9 * 200_000, hung_after_s=1.0)
+    try:
+        pool.resolve(pool.add(columns, "strict", schema, "c", _long_rows(1), GTID, TABLE, 0))
+        (pid,) = pool.pids()
+        pending = pool.add(columns, "strict", schema, "c", _long_rows(*range(200_000)), GTID, TABLE, 0)
+        pool.flush()
+        sock = socket.socket(fileno=os.dup(pool._workers[0].conn.fileno()))
+        try:  # the answer's first bytes are in: stop the process now, mid-answer
+            deadline = time.monotonic() + 30
+            while not select.select([sock], [], [], 0.001)[0]:
+                assert time.monotonic() < deadline, "no answer began"
+        finally:
+            sock.close()
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(DecoderLost):
+            pool.resolve(pending)
+        assert time.monotonic() - started < 10.0
+        assert _gone(pid)
     finally:
         pool.close()

@@ -8,6 +8,7 @@ tests/integration/test_binlog.py; here each rule of the translation is checked o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
@@ -55,11 +56,14 @@ def raw(cls: type[E], **attrs: Any) -> E:
 
 def mariadb_gtid(seq: int, standalone: bool = False, domain: int = 0, server: int = 1) -> MariadbGtidEvent:
     flags = 0x01 if standalone else 0x00
-    return raw(MariadbGtidEvent, domain_id=domain, server_id=server, gtid_seq_no=seq, flags=flags)
+    return raw(
+        MariadbGtidEvent, domain_id=domain, server_id=server, gtid_seq_no=seq, flags=flags, timestamp=TS
+    )
 
 
 def mysql_gtid(gno: int) -> GtidEvent:
-    return raw(GtidEvent, sid=bytes.fromhex(UUID.replace("-", "")), gno=gno)
+    sid = bytes.fromhex(UUID.replace("-", ""))
+    return raw(GtidEvent, sid=sid, gno=gno, timestamp=TS, packet=SimpleNamespace(server_id=7))
 
 
 def query(statement: str, schema: bytes = b"shop") -> QueryEvent:
@@ -144,6 +148,8 @@ def test_a_mariadb_transaction_is_its_begin_its_rows_and_its_commit() -> None:
     ]
     hand_out(tr, out)
     assert G7 in tr.processed
+    commit = out[-1]
+    assert isinstance(commit, TxCommit) and (commit.server_id, commit.timestamp) == (1, TS), "its stamp"
 
 
 def test_a_mysql_transaction_opened_by_begin_ends_at_its_xid() -> None:
@@ -151,6 +157,8 @@ def test_a_mysql_transaction_opened_by_begin_ends_at_its_xid() -> None:
     gtid = MysqlGtid.parse(f"{UUID}:5")
     out = feed(tr, [mysql_gtid(5), query("BEGIN"), inserted(1), xid()])
     assert out == [TxBegin(gtid), row(gtid, 1), TxCommit(gtid)]
+    commit = out[-1]
+    assert isinstance(commit, TxCommit) and (commit.server_id, commit.timestamp) == (7, TS), "its stamp"
 
 
 def test_a_standalone_mariadb_ddl_is_a_transaction_of_its_own() -> None:
@@ -282,7 +290,7 @@ def test_the_rows_of_a_table_not_captured_are_never_decoded() -> None:
 
 @given(sid=st.binary(min_size=16, max_size=16), gno=st.integers(1, 2**63 - 1))
 def test_a_mysql_gtid_is_read_as_its_text_parses(sid: bytes, gno: int) -> None:
-    event = raw(GtidEvent, sid=sid, gno=gno)
+    event = raw(GtidEvent, sid=sid, gno=gno, timestamp=TS, packet=SimpleNamespace(server_id=1))
     tr = translator(MysqlGtidSet())
     begun = feed(tr, [event])
     assert begun == [TxBegin(MysqlGtid.parse(event.gtid))]

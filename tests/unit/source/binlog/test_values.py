@@ -194,7 +194,7 @@ def test_row_values_put_back_an_empty_set() -> None:
 
 
 def test_the_library_decodes_through_the_replacements() -> None:
-    install()  # idempotent; importing gtidsnap.source.binlog.values already did it
+    install()  # a stream does it when it starts (source/binlog/library.py); idempotent
     assert json_binary.parse_opaque is parse_json_opaque
     for name in ("read_time2", "read_time", "read_date", "read_datetime2", "read_datetime"):
         assert getattr(RowsEvent, f"_RowsEvent__{name}").__module__ == "gtidsnap.source.binlog.values"
