@@ -4,7 +4,7 @@ For an output whose gtidsnap runs with ``sink.mirror = "job"`` (it then appends 
 changelogs and never writes a mirror): each pass merges into every mirror the changelog records it
 does not hold yet, the newest per key, newest ``_seq`` winning, up to gtidsnap's checkpoint. The
 mirror's own commits record how far it holds its changelog, so the job keeps no state: kill it at any
-instant and run it again (see :mod:`gtidsnap.sinks.delta.mirror_job`).
+instant and run it again (see :mod:`gtidsnap.sinks.delta.mirror.job`).
 
 Run it with the repo's venv or with ``spark-submit`` (``PYSPARK_PYTHON`` a Python with gtidsnap)::
 
@@ -32,7 +32,7 @@ from gtidsnap.core.errors import GtidsnapError
 from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.sinks.delta import POSITION_KEY, absolute_root, job_spark_session, list_tables
 from gtidsnap.sinks.delta.catalog_names import Registrar
-from gtidsnap.sinks.delta.mirror_job import merge_mirrors
+from gtidsnap.sinks.delta.mirror.job import merge_mirrors
 
 log = logging.getLogger("gtidsnap.mirror_job")
 

@@ -1,5 +1,5 @@
 """A fresh mirror's APPEND of staged snapshot rows as data files written by pyarrow and committed
-through Delta's transaction API (gtidsnap.sinks.delta.mirror_files), against the Spark APPEND it
+through Delta's transaction API (gtidsnap.sinks.delta.mirror.file_appends), against the Spark APPEND it
 replaces (the staged rows read by Spark, folded with the newer changes, appended), on random worlds:
 batches' staged files and Spark readers' splits (some empty), newer updates and deletes of staged
 keys, new keys inserted, a column of every Delta type gtidsnap writes. Both tables must hold the
@@ -24,8 +24,8 @@ from gtidsnap.sinks.arrow_columns import POSITION
 from gtidsnap.sinks.delta.change_rows import plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
 from gtidsnap.sinks.delta.file_commits import FileStats, commit_files, file_stats, holds_plan, write_data_file
-from gtidsnap.sinks.delta.mirror_files import append_staged_files
-from gtidsnap.sinks.delta.mirror_writes import MirrorWriter
+from gtidsnap.sinks.delta.mirror.file_appends import append_staged_files
+from gtidsnap.sinks.delta.mirror.update import MirrorWriter
 from gtidsnap.sinks.delta.staged_frames import spark_schema, staged_frame
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns, table_properties

@@ -1,4 +1,4 @@
-"""A mirror's MERGE done by rewriting its files (gtidsnap.sinks.delta.mirror_rewrite) against Spark's
+"""A mirror's MERGE done by rewriting its files (gtidsnap.sinks.delta.mirror.file_rewrite) against Spark's
 MERGE it replaces (tables.merge_newest), on random worlds over a column of every Delta type gtidsnap
 writes: a mirror in several files (some written by Spark, with its INT96 times), changes newer and
 older than the rows, deletes, inserts. Both mirrors must hold the same rows, value for value, and
@@ -18,7 +18,7 @@ import pytest
 
 from gtidsnap.sinks.delta.change_rows import newest_per_key
 from gtidsnap.sinks.delta.file_commits import commit_files, write_data_file
-from gtidsnap.sinks.delta.mirror_rewrite import Rewrite, rewrite_merge
+from gtidsnap.sinks.delta.mirror.file_rewrite import Rewrite, rewrite_merge
 from gtidsnap.sinks.delta.staged_frames import spark_schema
 from gtidsnap.sinks.delta.tables import merge_newest, stats_columns
 from gtidsnap.sinks.delta.util import same_key

@@ -2,7 +2,7 @@
 APPEND and one MERGE at most.
 
 The rule (``plan`` below, plain data, property-tested against a mirror that merges every record in
-``_seq`` order, tests/unit/sinks/delta/test_mirror_update.py; the sink runs the same steps in Spark):
+``_seq`` order, tests/unit/sinks/delta/mirror/test_rule.py; the sink runs the same steps in Spark):
 
 1. ``C*``: the newest waiting change of each key.
 2. Staged rows are applied before any change of their table is merged (so a change newer than a

@@ -1,8 +1,11 @@
-"""SparkSession with Delta Lake from pre-resolved jars, never from Ivy.
+"""Spark start-up: a SparkSession with Delta Lake from pre-resolved jars, never from Ivy, for the sink,
+its readers and consumers (:func:`build_spark_session`) and for the Spark jobs (:func:`job_spark_session`).
 
 ``delta.configure_spark_with_delta_pip`` sets ``spark.jars.packages``, which makes every new JVM
 resolve and download Delta through Ivy. ``scripts/spark-deps.sh`` resolves the jars once with Maven
-instead (``spark/pom.xml``); this module only points ``spark.jars`` at that folder.
+instead (``spark/pom.xml``); this module only points ``spark.jars`` at that folder. Once a session
+runs, the Delta version its JVM loaded is read and checked against the tested one
+(:func:`gtidsnap.sinks.delta.jvm_delta.delta_gate`: one WARNING when it differs).
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gtidsnap.config.settings import DEFAULTS
+from gtidsnap.config.spark_conf import DOWNLOADING_KEYS
 from gtidsnap.core.errors import SinkError
+from gtidsnap.sinks.delta.jvm_delta import delta_gate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from gtidsnap.config.loading import SinkSettings
 
 __all__ = [
     "DELTA_JARS_ENV",
@@ -26,17 +33,20 @@ __all__ = [
     "build_spark_session",
     "default_delta_jars_dir",
     "delta_jar_paths",
+    "job_spark_session",
 ]
 
 #: Environment variable naming the folder of Delta jars; overrides the state-dir default.
 DELTA_JARS_ENV = "GTIDSNAP_DELTA_JARS"
 _STATE_DIR_ENV = "GTIDSNAP_STATE_DIR"
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[3]
 _DEPS_SCRIPT = "scripts/spark-deps.sh"
 _LOOPBACK = "127.0.0.1"
 
 # Settings that would make Spark download jars at start-up (Ivy); rejected in extra_conf.
-_DOWNLOADING_KEYS = frozenset({"spark.jars.packages", "spark.jars.repositories", "spark.jars.ivySettings"})
+_DOWNLOADING_KEYS = DOWNLOADING_KEYS
+# Settings extra_conf adds to instead of replacing (the Delta jars, the JVM's options), with their separator.
+_ADDED = {"spark.jars": ",", "spark.driver.extraJavaOptions": " "}
 
 
 class DeltaJarsMissingError(SinkError):
@@ -107,13 +117,16 @@ def _default_conf(jars: list[Path]) -> dict[str, str]:
         # The JIT: every Spark query generates new classes, which C2 would compile again and again
         # (measured: C2 took ~0.5 of a core through a snapshot); C1 code is good enough here. The
         # parallel collector: G1's concurrent marking cost the JVM ~2 of its ~7 CPU-s while a 1M-row
-        # snapshot was read (bench part a), and nobody waits on a batch's pause.
+        # snapshot was read (bench part a), and nobody waits on a batch's pause. C1 alone reserves
+        # a 48 MB code cache, which a run with a catalog and histories filled ("Out of space in
+        # CodeCache for adapters" failed a MERGE): 256 MB, as the JVM gives tiered compilation.
         "spark.driver.extraJavaOptions": os.environ.get(
-            "GTIDSNAP_JVM_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
+            "GTIDSNAP_JVM_OPTS",
+            "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseParallelGC",
         ),
         # Large Arrow batches: Spark cuts an Arrow table into one partition (and file) per batch.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "250000",
-        # The mirrors' updates run beside the batches (sinks/delta/mirror_keeper.py): share the cores
+        # The mirrors' updates run beside the batches (sinks/delta/mirror/keeper.py): share the cores
         # between them instead of queueing a changelog's append behind a mirror's MERGE.
         "spark.scheduler.mode": "FAIR",
     }
@@ -164,11 +177,14 @@ def build_spark_session(
     """Start (or reuse) a SparkSession with Delta Lake loaded from ``jars_dir``.
 
     ``jars_dir`` defaults to :func:`default_delta_jars_dir`. ``extra_conf`` overrides the defaults,
-    except keys that would download jars (``spark.jars.packages`` ...), which raise ValueError.
+    except keys that would download jars (``spark.jars.packages`` ...), which raise ValueError, and
+    ``spark.jars`` and ``spark.driver.extraJavaOptions``, which are added to the Delta jars and the JVM's
+    options (a jar for s3a, say, must not take Delta's place).
     As with ``getOrCreate``, static settings (``spark.jars``, ...) only apply when no session runs yet.
     ``java_options`` are added to the driver JVM's (the embedded metastore's home, say).
     ``log_file``: Spark's own output (the JVM's banners, its log at WARN and above) goes there instead
     of the console (gtidsnap's output stays readable; ``gtidsnap run --verbose`` keeps it on screen).
+    The JVM's Delta version is checked once it runs (:func:`gtidsnap.sinks.delta.jvm_delta.delta_gate`).
     """
     extra = dict(extra_conf or {})
     downloading = sorted(_DOWNLOADING_KEYS.intersection(extra))
@@ -196,13 +212,19 @@ def build_spark_session(
         conf["spark.driver.extraJavaOptions"] = (
             f"{conf['spark.driver.extraJavaOptions']} -Dlog4j2.configurationFile={properties.as_uri()}"
         )
+    for key, separator in _ADDED.items():
+        if extra.get(key, "").strip():
+            extra[key] = f"{conf[key]}{separator}{extra[key].strip()}"
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in {**conf, **extra}.items():
         builder = builder.config(key, value)
     if log_file is None or _session_runs():
-        return builder.getOrCreate()
-    with _output_to(log_file):  # the JVM's banners, at its start only: this takes the process's stderr
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
+    else:
+        with _output_to(log_file):  # the JVM's banners, at its start only: this takes the process's stderr
+            session = builder.getOrCreate()
+    delta_gate(session)  # the JVM's Delta version read once, a WARNING if it is not the tested one
+    return session
 
 
 def _session_runs() -> bool:
@@ -211,3 +233,35 @@ def _session_runs() -> bool:
     from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
+
+
+def job_spark_session(
+    master: str, app_name: str, sink: SinkSettings | None = None, root: str | None = None
+) -> SparkSession:
+    """The SparkSession of a Spark job (spark/merge_job.py, spark/maintenance.py), started with
+    ``python`` or with ``spark-submit`` alike; with the ``sink`` settings of the output at ``root``,
+    the catalog its table names need (``sink.database``) and its ``sink.spark_conf``.
+
+    Under spark-submit the driver JVM is already running, so ``spark.jars`` can no longer put Delta on
+    its class path; the pre-resolved jars are added to the driver's class loader instead (spark-submit
+    gives it a MutableURLClassLoader), and ``spark.jars`` still ships them to executors.
+    """
+    jars = delta_jar_paths(default_delta_jars_dir())
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit's PythonRunner
+        from pyspark import SparkContext
+
+        SparkContext._ensure_initialized()
+        jvm: Any = SparkContext._jvm
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        if loader.getClass().getName().endswith("MutableURLClassLoader"):
+            for jar in jars:
+                loader.addURL(jvm.java.io.File(str(jar)).toURI().toURL())
+    conf: dict[str, str] = {}
+    java_options: list[str] = []
+    if sink is not None and root is not None:
+        from gtidsnap.sinks.delta.catalog_names import catalog_spark_conf
+
+        conf, java_options = catalog_spark_conf(sink, root)
+    spark = build_spark_session(app_name, master, None, conf, None, java_options)
+    spark.sparkContext.setLogLevel("WARN")  # spark-submit's default INFO buries the job's own output
+    return spark

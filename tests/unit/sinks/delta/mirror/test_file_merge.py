@@ -1,4 +1,4 @@
-"""The MERGE done by rewriting files (gtidsnap.sinks.delta.file_merge: merged_file a file
+"""The MERGE done by rewriting files (gtidsnap.sinks.delta.mirror.file_merge: merged_file a file
 at a time, then inserted) against a model of
 the sink's Spark MERGE (``whenMatchedDelete`` / ``whenMatchedUpdateAll`` over an older ``_seq``,
 ``whenNotMatchedInsertAll`` but deletes) on random worlds: a mirror in several files, changes of
@@ -15,7 +15,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtidsnap.sinks.delta.file_merge import inserted, merged_file, touched
+from gtidsnap.sinks.delta.mirror.file_merge import inserted, merged_file, touched
 
 KEY = ["id"]
 

@@ -1,7 +1,7 @@
 """The MERGE rule of the sink's mirrors (a change applies over an older ``_seq`` only, a delete removes
 the row, a change of a key no file holds inserts it, a delete of one is nothing) on one data file's
 rows as Arrow: plain data in, rows and Change Data Feed rows out, property-tested against a
-row-by-row MERGE (tests/unit/sinks/delta/test_file_merge.py). :mod:`mirror_rewrite` runs it on the
+row-by-row MERGE (tests/unit/sinks/delta/mirror/test_file_merge.py). :mod:`.file_rewrite` runs it on the
 files a change set touches, a piece at a time."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Who updates the mirrors, and when: from what the batches hand over, in the background once a batch's
-checkpoint is saved, or inline in the batch (the rule of one update: :mod:`.mirror_update`).
+checkpoint is saved, or inline in the batch (the rule of one update: :mod:`.mirror.rule`).
 
 Background (the default of a run with a changelog): a batch only appends to the changelogs and stages
 its snapshot rows, both durable before its checkpoint; what it hands the mirrors (changes to merge,
@@ -42,8 +42,8 @@ from gtidsnap.sinks.delta.catch_up import has_streamed_rows
 from gtidsnap.sinks.delta.change_rows import plan_schema
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.layout import mirror_path
-from gtidsnap.sinks.delta.mirror_update import MergePolicy
-from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter
+from gtidsnap.sinks.delta.mirror.rule import MergePolicy
+from gtidsnap.sinks.delta.mirror.update import MirrorState, MirrorWriter
 from gtidsnap.sinks.delta.tables import Shape
 from gtidsnap.sinks.delta.util import short_error
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gtidsnap.sinks.delta.mirror_job import readable_version
+from gtidsnap.sinks.delta.mirror.job import readable_version
 
 
 def commit(version: int, batch: int | None = None, **meta: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """A table's mirror between batches, and its update in Spark: the rule of
-:mod:`gtidsnap.sinks.delta.mirror_update` (staged snapshot rows folded with newer changes, APPENDed
+:mod:`gtidsnap.sinks.delta.mirror.rule` (staged snapshot rows folded with newer changes, APPENDed
 where the mirror cannot hold their key, the rest and the due changes MERGEd, the changes of keys it
 cannot hold APPENDed each batch), run on Arrow tables in this process where they are small (the
 waiting changes, keys) and in Spark where they are large (the staged rows, never into Python).
@@ -32,9 +32,8 @@ from gtidsnap.sinks.delta.change_rows import (
     top_seqs,
 )
 from gtidsnap.sinks.delta.columns import ColumnPlan
-from gtidsnap.sinks.delta.file_commits import holds_plan
-from gtidsnap.sinks.delta.mirror_files import append_staged_files, staged_meeting
-from gtidsnap.sinks.delta.mirror_rewrite import rewrite_merge
+from gtidsnap.sinks.delta.mirror.file_appends import append_staged_files, staged_meeting
+from gtidsnap.sinks.delta.mirror.file_rewrite import rewrite_merge
 from gtidsnap.sinks.delta.staged_frames import newest_in_spark, spark_schema, staged_frame
 from gtidsnap.sinks.delta.staging import StagedFile
 from gtidsnap.sinks.delta.tables import DeltaTables, stats_columns
@@ -61,7 +60,7 @@ class MirrorState:
     staged: list[StagedFile] = field(default_factory=list)
     held: pa.Table | None = None
     held_known: bool = False
-    held_is_all: bool = False  # ``held`` names every key the mirror holds (see mirror_update)
+    held_is_all: bool = False  # ``held`` names every key the mirror holds (see .rule)
     top_seq: int = -1  # the greatest _seq of a change given to the changelog
     staged_seq: int = -1  # staged rows up to this _seq are in the mirror
     applied: list[StagedFile] = field(default_factory=list)  # to delete once no checkpoint names them
@@ -146,7 +145,7 @@ class MirrorWriter:
                 newer = newer_than(newest_per_key(waiting, key), staged_tops, key)
                 waiting = matching(waiting, staged_tops.select(list(key)), key, keep=False)
             fresh = state.held is not None and not held_met and all(f.fresh for f in staged)
-            if fresh and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
+            if fresh and self.tables.takes_files(path, spark_schema(plan)):
                 files = [newer] if newer is not None and newer.num_rows else []
             else:
                 frame = staged_frame(self.spark, staged, plan, changelog=False)
@@ -164,7 +163,7 @@ class MirrorWriter:
             state.staged = []
         unmerged = waiting  # what the APPEND's commit says the mirror does not hold yet, a MERGE following
         all_held = state.held is not None and state.held_is_all
-        if all_held and not staged and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
+        if all_held and not staged and self.tables.takes_files(path, spark_schema(plan)):
             files = [] if merge_due or append_due else None  # new keys as data files
         if not merge_due and append_due and all_held and waiting is not None and waiting.num_rows:
             inserts, gone = _new_keys(newest_per_key(waiting, key), state, key, path)
@@ -226,10 +225,11 @@ class MirrorWriter:
         """The MERGE of ``parts`` (frames, or the waiting changes as Arrow, whose keys are ``keys``);
         ``commit``: batch, metadata, idempotent for the batch, a small source (Delta skips the files
         outside its keys' range). The rows merged from changes. Changes alone into a mirror of their
-        columns are merged by rewriting the files they touch (:mod:`mirror_rewrite`), else by Spark."""
+        columns are merged by rewriting the files they touch (:mod:`.file_rewrite`, on the tested Delta
+        version: :meth:`DeltaTables.takes_files`), else by Spark."""
         batch, meta, txn, pruned = commit
         only = parts[0] if len(parts) == 1 and isinstance(parts[0], pa.Table) else None
-        if only is not None and holds_plan(self.tables.delta_schema(path), spark_schema(plan)):
+        if only is not None and self.tables.takes_files(path, spark_schema(plan)):
             ident = (self.app_id, batch if txn else None, meta)
             if rewrite_merge(self.spark, path, only, key, plan, stats_columns(key, True), ident) is not None:
                 return int(only.num_rows)

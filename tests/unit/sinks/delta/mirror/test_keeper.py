@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from gtidsnap.config.settings import SinkSettings
 from gtidsnap.core.model import TableId
-from gtidsnap.sinks.delta.mirror_keeper import MirrorEntry, MirrorKeeper
-from gtidsnap.sinks.delta.mirror_writes import MirrorState
+from gtidsnap.sinks.delta.mirror.keeper import MirrorEntry, MirrorKeeper
+from gtidsnap.sinks.delta.mirror.update import MirrorState
 from gtidsnap.sinks.delta.staging import StagedFile
 
 TABLE = TableId("shop", "orders")
@@ -60,7 +60,7 @@ def test_a_commit_with_nothing_waiting_holds_the_changelog_up_to_its_staged_rows
     the newest change given or the newest staged row taken in, whichever is later (the changelog's
     snapshot rows are the staged ones: a restart must not MERGE them again)."""
     from gtidsnap.sinks.delta.catch_up import MERGED_SEQ
-    from gtidsnap.sinks.delta.mirror_writes import MirrorWriter
+    from gtidsnap.sinks.delta.mirror.update import MirrorWriter
 
     writer = MirrorWriter(None, None, "app")  # type: ignore[arg-type]
     state = MirrorState(top_seq=10, staged_seq=20)

@@ -10,7 +10,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtidsnap.sinks.delta.mirror_update import Key, MergePolicy, Row, plan
+from gtidsnap.sinks.delta.mirror.rule import Key, MergePolicy, Row, plan
 
 Mirror = dict[Key, tuple[int, object]]  # key -> (_seq, image)
 

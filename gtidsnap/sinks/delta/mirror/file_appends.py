@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 
 
 def staged_mirror_rows(staged: StagedFile, plan: ColumnPlan, changelog: bool = False) -> Iterator[pa.Table]:
-    """A staged file's rows as the mirror's (``changelog``: the changelog's, a snapshot row each) rows in
-    ``plan``, a piece at a time: a batch's file has
-    its meta columns; a split's ``_seq`` is its ``first_seq`` + the row's position (a split staged
-    before 2026-11-27: its kept rows numbered in order), its time its stamp, its dropped positions and
-    those past ``positions`` left out (what :func:`mirror_writes.staged_frame` makes of it in Spark)."""
+    """A staged file's rows as the mirror's (``changelog``: the changelog's, a snapshot row each) rows
+    in ``plan``, a piece at a time: a batch's file has its meta columns; a split's ``_seq`` is its
+    ``first_seq`` + the row's position (a split staged before 2026-11-27: its kept rows numbered in
+    order), its time its stamp, its dropped positions and those past ``positions`` left out (what
+    :func:`~gtidsnap.sinks.delta.staged_frames.staged_frame` makes of it in Spark)."""
     dropped = pa.array(staged.dropped, pa.int64())
     for batch in pq.ParquetFile(staged.path).iter_batches(batch_size=PIECE_ROWS, use_threads=False):
         rows = pa.Table.from_batches([batch])
