@@ -6,8 +6,9 @@ external table of that location (``CREATE TABLE ... USING delta LOCATION``), whe
 and, for tables created before the names were asked for, when the sink opens. gtidsnap writes them by
 their location as before; a name and a path are the same table. The default catalog is Spark's own
 metastore kept beside a local output (``<path>/_gtidsnap_catalog``: Derby, no server; one Spark
-application at a time can open it); any other (a Hive metastore URI, a catalog plugin such as Unity
-Catalog's) is configured through ``sink.spark_conf`` with ``sink.metastore = "external"``.
+application at a time can open it); a Hive metastore server is named by ``sink.metastore_uris`` with
+``sink.metastore = "external"``, and any other catalog (a plugin such as Unity Catalog's) is configured
+through ``sink.spark_conf``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gtidsnap.config.loading import SinkSettings
-from gtidsnap.core.errors import ConfigError, SinkError
+from gtidsnap.config.values import plain_catalog_name, plain_name
+from gtidsnap.core.errors import ConfigError, OutputRefusedError, SinkError
 from gtidsnap.core.model import TableId
 from gtidsnap.sinks.delta.layout import (
     CHANGELOG_SUFFIX,
@@ -69,6 +71,21 @@ class TableNames:
     def database_of(self, table: TableId) -> str:
         return self.database.format(db=table.schema, table=table.name)
 
+    def problem(self, table: TableId) -> str | None:
+        """Why ``table``'s names would be refused by the metastore (its schema or name holds a sign the
+        templates pass on: a space, a dot, a ``-``), said before any is registered; None: they would not."""
+        for made, setting in (
+            (self.database_of(table), "sink.database"),
+            (self.table_name.format(db=table.schema, table=table.name), "sink.table_name"),
+        ):
+            if not plain_catalog_name(made):
+                return (
+                    f"{plain_name(str(table))} would be named {plain_name(made)} by {setting}, which a "
+                    "metastore refuses (letters, digits and underscores only): set sink.database and "
+                    "sink.table_name to templates whose names it takes, or leave sink.database empty"
+                )
+        return None
+
     def name_of(self, table: TableId, kind: str = "mirror") -> str:
         """The table's name as SQL writes it, quoted: ``catalog`.`database`.`name``."""
         name = self.table_name.format(db=table.schema, table=table.name) + NAME_SUFFIXES[kind]
@@ -77,6 +94,9 @@ class TableNames:
     def register(self, spark: SparkSession, ref: DeltaTableRef) -> str:
         """``ref``'s table by name (its database created if missing); a name that already names a
         table elsewhere is refused. Returns the name."""
+        problem = self.problem(ref.table)
+        if problem is not None:
+            raise ConfigError(problem)
         name = self.name_of(ref.table, ref.kind)
         database = ".".join(_quoted(p) for p in (self.catalog, self.database_of(ref.table)))
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
@@ -85,7 +105,7 @@ class TableNames:
         held = location_of(spark, name)
         if same_place(held, ref.path):
             return name
-        raise SinkError(
+        raise OutputRefusedError(
             f"{name} already names the table at {held}, not {ref.path}: choose another sink.database or "
             "sink.table_name, or drop that name"
         )
@@ -93,6 +113,16 @@ class TableNames:
     def register_all(self, spark: SparkSession, refs: list[DeltaTableRef]) -> None:
         for ref in refs:
             self.register(spark, ref)
+
+
+def check_names(settings: SinkSettings, tables: Iterable[TableId]) -> None:
+    """A ConfigError naming the first of ``tables`` whose names (``sink.database``) a metastore would
+    refuse: said before a run opens anything (a table a signal adds later is checked when registered)."""
+    names = TableNames.of(settings)
+    for table in tables if names is not None else ():
+        problem = names.problem(table) if names is not None else None
+        if problem is not None:
+            raise ConfigError(problem)
 
 
 def location_of(spark: SparkSession, name: str) -> str:
@@ -127,8 +157,17 @@ def catalog_spark_conf(settings: SinkSettings, root: str) -> tuple[dict[str, str
     """The Spark settings (and JVM options) the names need, with ``sink.spark_conf`` over them: the
     embedded metastore beside a local output, unless another is configured."""
     conf = dict(settings.spark_conf)
-    if not settings.database or settings.metastore != "embedded" or settings.catalog != "spark_catalog":
+    if not settings.database or settings.catalog != "spark_catalog":
         return conf, []
+    if settings.metastore != "embedded":
+        if not settings.metastore_uris:
+            return conf, []
+        server = {  # a Hive metastore server; the databases gtidsnap creates get a location beside it
+            "spark.sql.catalogImplementation": "hive",
+            "spark.hadoop.hive.metastore.uris": settings.metastore_uris,
+            "spark.sql.warehouse.dir": f"{root}/{CATALOG_FOLDER}/warehouse",
+        }
+        return {**server, **conf}, []
     if "://" in root and not root.startswith("file:"):
         raise ConfigError(
             f"sink.database with the embedded metastore needs a local sink.path, not {root}: set "
@@ -151,7 +190,7 @@ def sink_spark_session(
     settings: SinkSettings, root: str, app_name: str = "gtidsnap", log_file: Path | None = None
 ) -> SparkSession:
     """The SparkSession of the sink's settings: its master, and the catalog its names need."""
-    from gtidsnap.spark_session import build_spark_session
+    from gtidsnap.sinks.delta.spark_session import build_spark_session
 
     conf, java_options = catalog_spark_conf(settings, root)
     return build_spark_session(app_name, settings.spark_master, None, conf, log_file, java_options)

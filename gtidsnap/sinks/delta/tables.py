@@ -16,11 +16,12 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from gtidsnap.core.crashpoints import crash_point
-from gtidsnap.core.errors import SinkError
+from gtidsnap.core.errors import OutputRefusedError, SinkError
 from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.delta.columns import ColumnPlan, plan_columns
 from gtidsnap.sinks.delta.file_commits import commit_files, holds_plan, write_data_file
+from gtidsnap.sinks.delta.jvm_delta import delta_gate
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, SOURCE_PROPERTY, clear_uncommitted_log, recorded_key
 from gtidsnap.sinks.delta.util import MATERIALIZE_SOURCE, TXN_APP_ID, TXN_VERSION, USER_METADATA
 from gtidsnap.sinks.delta.writes import evolved_schema, retry_conflicts
@@ -64,7 +65,7 @@ class TableLayout:
         missing = [c for c in chosen if c.casefold() not in known]
         if missing:
             setting = "sink.cluster_by" if mirror else "sink.changelog_cluster_by"
-            raise SinkError(f"{setting} names {', '.join(missing)}, which the table does not have")
+            raise OutputRefusedError(f"{setting} names {', '.join(missing)}, which the table does not have")
         return list(dict.fromkeys(known[c.casefold()] for c in chosen))
 
 
@@ -108,6 +109,18 @@ def merge_newest(spark: SparkSession, path: str, source: DataFrame, condition: S
     )
 
 
+def append_by_spark(
+    path: str, frame: DataFrame, meta: dict[str, Any], txn: tuple[str, int] | None = None
+) -> None:
+    """Spark's own APPEND of ``frame`` (columns the table lacks added: ``mergeSchema``), tagged with
+    ``meta``; with ``txn`` (an app id and a version), idempotent for them."""
+    writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
+    writer = writer.option("userMetadata", json.dumps(meta))
+    retry_conflicts(lambda: writer.save(path), path)
+
+
 _WARMED: set[str] = set()  # Spark applications whose JVM made its first Delta writes already
 
 
@@ -135,12 +148,21 @@ class Shape:
 
 
 class DeltaTables:
-    """The Delta tables of one sink: its SparkSession, its app id, what it knows of their schemas."""
+    """The Delta tables of one sink: its SparkSession, its app id, what it knows of their schemas, and
+    whether rows may go in as data files committed through Delta's transaction API (``by_files``:
+    default, when this JVM's Delta is the tested version, :func:`.jvm_delta.delta_gate`)."""
 
-    def __init__(self, spark: SparkSession, app_id: str, layout: TableLayout | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        app_id: str,
+        layout: TableLayout | None = None,
+        by_files: bool | None = None,
+    ) -> None:
         self.spark = spark
         self.app_id = app_id
         self.layout = layout or TableLayout()  # of the tables it creates
+        self.by_files = delta_gate(spark).fast_paths if by_files is None else by_files
         self._delta_schemas: dict[str, T.StructType] = {}
         self._delta_keys: dict[str, list[str] | None] = {}
         self.created: set[str] = set()  # the tables this instance created (empty before this run)
@@ -210,16 +232,23 @@ class DeltaTables:
         key: Sequence[str] = (),
     ) -> None:
         """APPEND Arrow rows (a changelog's batch); with ``txn``, idempotent for the sink's app id and
-        ``batch``. Where the table has their columns as they are, as a data file written here and
-        committed through Delta's API (:mod:`gtidsnap.sinks.delta.file_commits`: a Spark job's fixed
+        ``batch``. Where the table takes them as files (:meth:`takes_files`), as a data file written here
+        and committed through Delta's API (:mod:`gtidsnap.sinks.delta.file_commits`: a Spark job's fixed
         cost is most of a small batch's); else by Spark, which evolves the table's schema."""
-        if holds_plan(self.delta_schema(path), schema):
+        if self.takes_files(path, schema):
             written = write_data_file(path, [rows], rows.schema, stats_columns(key, mirror=False))
             version = batch if txn else None
             commit_files(self.spark, path, [written] if written else [], self.app_id, version, meta)
             return
         frame = self.spark.createDataFrame(rows, schema=schema)
         self.append_frame(path, frame, batch, self.app_id, meta, txn)
+
+    def takes_files(self, path: str, schema: T.StructType) -> bool:
+        """Whether rows of ``schema`` go into the table at ``path`` as data files written by pyarrow and
+        committed through Delta's transaction API: on the tested Delta version only (``by_files``), and
+        where the table has their columns as they are (a column to add or widen only a Spark write
+        evolves)."""
+        return self.by_files and holds_plan(self.delta_schema(path), schema)
 
     def add_columns(self, path: str, schema: T.StructType) -> None:
         """Add the columns of ``schema`` the table lacks, by a metadata commit (no rows): what a Spark
@@ -242,11 +271,7 @@ class DeltaTables:
     ) -> None:
         """APPEND ``frame``, tagged with ``meta``; with ``txn``, idempotent for ``app_id`` and ``batch``
         (without: the caller knows from ``meta`` what the table holds)."""
-        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
-        if txn:
-            writer = writer.option("txnAppId", app_id).option("txnVersion", str(batch))
-        writer = writer.option("userMetadata", json.dumps(meta))
-        retry_conflicts(lambda: writer.save(path), path)
+        append_by_spark(path, frame, meta, (app_id, batch) if txn else None)
         self._delta_schemas[path] = evolved_schema(self._delta_schemas.get(path), frame.schema)
 
     def merge_frame(
