@@ -1,5 +1,5 @@
 """``gtidsnap verify``: compare tables on the replica with their Delta mirrors, range by range at
-consistent points, while gtidsnap runs (see :mod:`gtidsnap.sinks.delta.verify` for how).
+consistent points, while gtidsnap runs (see :mod:`gtidsnap.verify.verifier` for how).
 
 Exit codes: 0 every table is the same, 1 a difference was found (the first ones are printed) or the
 comparison could not be made (the message says why), 2 usage error.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,7 +20,7 @@ from gtidsnap.config.loading import load_config, parse_table_name
 from gtidsnap.core.errors import GtidsnapError
 
 if TYPE_CHECKING:
-    from gtidsnap.sinks.delta.verify import VerifyReport
+    from gtidsnap.verify.verifier import VerifyReport
 
 log = logging.getLogger("gtidsnap")
 
@@ -51,11 +52,11 @@ def verify(
 ) -> None:
     """Compare tables on the replica with their Delta mirrors at consistent points; exit 1 on a difference."""
     from gtidsnap.sinks.delta.layout import absolute_root
-    from gtidsnap.sinks.delta.verify import MirrorVerifier
     from gtidsnap.source.replica import Replica
+    from gtidsnap.verify.verifier import MirrorVerifier
 
-    if range_rows < 1 or show < 0 or wait <= 0:
-        error_line("--range-rows must be at least 1, --show at least 0, --wait more than 0")
+    if range_rows < 1 or show < 0 or not (math.isfinite(wait) and 0 < wait <= 86_400):
+        error_line("--range-rows must be at least 1, --show at least 0, --wait more than 0 and at most 86400")
         raise typer.Exit(2)
     try:
         where = str(checkpoint) if checkpoint is not None else None
@@ -88,6 +89,7 @@ def verify(
                 CheckpointStore(cfg.checkpoint_path),
                 range_rows,
                 wait,
+                hashes=hashes,
             )
             for table in names:
                 report = verifier.verify(table)

@@ -1,7 +1,7 @@
 """``gtidsnap verify`` on both servers: a running gtidsnap snapshots a table under a writer and a table of
 many column types; verify compares them with their Delta mirrors while the writer runs (no false alarm,
 in ranges small enough that many are read), then finds rows changed and deleted in the mirrors by hand
-(exit 1, naming the keys and columns)."""
+(exit 1, naming the keys and columns), by hash and with ``--no-hash`` row by row."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from gtidsnap.core.gtid import parse_gtid_set
 from gtidsnap.core.model import TableId
 from gtidsnap.sinks.delta import mirror_path
 from tests.integration.cdc import Writer, create_table, gtidsnap_cmd, source_rows
-from tests.integration.fixtures.db_servers import ReplicaPair
+from tests.integration.fixtures.db_servers import ReplicaPair, fresh_database
 from tests.integration.test_delta_engine import DeltaCli, kill_group, read, tail
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,9 @@ def kinds_row(i: int) -> tuple[Any, ...]:
     )
 
 
-def verify(cli: DeltaCli, *tables: str, **env: str) -> subprocess.CompletedProcess[str]:
+def verify(
+    cli: DeltaCli, *tables: str, options: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
     args = gtidsnap_cmd(
         "verify",
         *(f"{cli.db}.{t}" for t in tables),
@@ -80,6 +82,7 @@ def verify(cli: DeltaCli, *tables: str, **env: str) -> subprocess.CompletedProce
         "40",
         "--wait",
         "120",
+        *options,
     )
     return subprocess.run(
         args, env=cli.env(**env), cwd=cli.out, capture_output=True, text=True, timeout=300, check=False
@@ -210,3 +213,32 @@ def test_verify_finds_what_differs_and_nothing_while_a_writer_runs(
     assert f"{db}.plain: same" in found.stdout and f"{db}.a: 2 differences (" in report, (
         f"{found.stdout}\n{report}"
     )
+    # --no-hash: plain (which hashes) read row by row, as --json says; the same differences found
+    rows = verify(cli, "a", "plain", options=("--no-hash", "--json"))
+    assert rows.returncode == 1, f"{rows.stdout}\n{rows.stderr[-3000:]}"
+    reports = {r["table"]: r for r in map(json.loads, rows.stdout.splitlines())}
+    plain, a = reports[f"{db}.plain"], reports[f"{db}.a"]
+    assert plain["same"] and not plain["by_hash"] and plain["ranges_read_row_by_row"] == plain["ranges"] >= 2
+    assert not a["by_hash"] and a["differences"] == 2, a
+
+
+def test_verify_passes_right_after_a_finished_run(mariadb_pair: ReplicaPair, tmp_path: Path) -> None:
+    """A snapshot's run exits 0 while the checkpoint it saved last still names staged snapshot files
+    that the mirror took after it was saved: verify settles on what the mirror holds (its own
+    watermarks), not on that list, and passes at once, quiet source and all."""
+    pair = mariadb_pair
+    with fresh_database(pair) as db:
+        create_table(pair, db, "a", 3000)
+        cli = DeltaCli(pair, db, tmp_path, {"GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "500"})
+        args = gtidsnap_cmd(
+            "run", "--snapshot", f"{db}.a", "--until-caught-up", "--sink-path", cli.root,
+            "--checkpoint", str(tmp_path / "checkpoint.json"),
+        )  # fmt: skip
+        code, log = cli._finish(*cli._spawn(args, "run", {}), "run")
+        assert code == 0, tail(log)
+        staged = cli.checkpoint["sink_position"].get("staged")
+        assert staged, "the case at hand: the last checkpoint names staged files the mirror has taken"
+        done = verify(cli, "a", options=("--json", "--wait", "20"))
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
+        report = json.loads(done.stdout)
+        assert report["same"] and report["source_rows"] == 3000, report

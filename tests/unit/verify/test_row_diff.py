@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtidsnap.core.mirror_diff import Difference, diff_rows, same_value
+from gtidsnap.verify.row_diff import Difference, diff_rows, same_value
 
 VALUES = st.one_of(
     st.none(),

@@ -10,7 +10,7 @@ the checkpoint's ``next_seq`` when verify began whose GTID is not in ``lw``: the
 comparison, as a snapshot window leaves out the keys that changed under it. Everything else must be
 equal. Both sides are compared in the mirror's own types: the source's rows are rendered by the code
 that renders a snapshot's chunks (:class:`gtidsnap.sinks.arrow_columns.ArrowRenderer`), so a value is
-compared with itself for every type; the rule is :mod:`gtidsnap.core.mirror_diff`.
+compared with itself for every type; the rule is :mod:`gtidsnap.verify.row_diff`.
 
 Where the table allows it (:func:`gtidsnap.core.row_hash.hashable`) a range is first compared by its row
 count and hash, computed by the server and by Spark over the mirror alike; only a range whose hashes
@@ -37,17 +37,17 @@ import pyarrow as pa
 from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.errors import SinkError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
-from gtidsnap.core.mirror_diff import Difference, Key, diff_rows
 from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.core.ports import CheckpointPort
 from gtidsnap.core.row_hash import hashable
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.sinks.arrow_columns import ArrowRenderer
-from gtidsnap.sinks.delta.catch_up import current_state, mirror_watermark, overlaid
+from gtidsnap.sinks.delta.catch_up import current_state, mirror_staged_watermark, mirror_watermark, overlaid
 from gtidsnap.sinks.delta.changelog_appends import holds_batch
 from gtidsnap.sinks.delta.layout import changelog_path, mirror_path, recorded_key
 from gtidsnap.sinks.delta.position import parse_position
-from gtidsnap.sinks.delta.range_hash import in_range, range_hashes
+from gtidsnap.verify.mirror_hashes import in_range, range_hashes
+from gtidsnap.verify.row_diff import Difference, Key, diff_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -105,6 +105,7 @@ class MirrorVerifier:
         # its changelog exists; the changelog batches seen committed (a commit is never taken back)
         self._overlay: dict[TableId, tuple[list[str] | None, int | None]] = {}
         self._held: set[tuple[TableId, int]] = set()
+        self._staged: dict[TableId, int] = {}  # each mirror's staged watermark, as last read (it only grows)
 
     # ------------------------------------------------------------------ the whole table
     def verify(self, table: TableId) -> VerifyReport:
@@ -283,8 +284,8 @@ class MirrorVerifier:
         return checkpoint
 
     def _wait_passed(self, table: TableId, lw: GtidSet) -> None:
-        """Until the output's checkpoint has processed ``lw``, the changelog holds its batch and no staged
-        snapshot rows of ``table`` wait for the mirror."""
+        """Until the output's checkpoint has processed ``lw`` and the output holds what it stands for
+        (:meth:`_settled`)."""
         deadline = time.monotonic() + self.wait_s
         while True:
             checkpoint = self.store.load()
@@ -300,9 +301,15 @@ class MirrorVerifier:
             self.sleep(0.2)
 
     def _settled(self, table: TableId, checkpoint: Checkpoint) -> bool:
+        """Does the output hold what ``checkpoint`` stands for, by its own watermarks: the mirror has
+        taken the staged snapshot rows the checkpoint names (it may have taken them after the checkpoint
+        was saved, which then still names them), and the changelog holds the batches it names."""
         position = parse_position(checkpoint.sink_position)
-        if any(f.table == table for f in position.staged):
-            return False  # snapshot rows on their way to the mirror
+        staged = max((f.last_seq for f in position.staged if f.table == table), default=-1)
+        if staged > self._staged.get(table, -1):
+            self._staged[table] = mirror_staged_watermark(self.spark, mirror_path(self.root, table))
+            if staged > self._staged[table]:
+                return False  # snapshot rows on their way to the mirror
         path = changelog_path(self.root, table)
         for append in position.appends:
             if append.table == table and (table, append.batch) not in self._held:
