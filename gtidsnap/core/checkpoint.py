@@ -8,9 +8,11 @@ the stream replays it from the checkpoint's GTID set. Nothing is lost, nothing i
 A checkpoint is only continued on a replica that can continue it (:func:`resume_problem`, by
 :mod:`gtidsnap.core.replica_choice`): the same flavour, every transaction it processed applied there,
 and none of those it still needs purged.
-Anything else (another server, a rebuilt replica, a hand-edited file) would resume silently at a
-wrong place, so it stops with what happened and what to do. A file that is not a checkpoint (a folder,
-not JSON, a JSON array, a field of the wrong type) is a :class:`CheckpointError` naming the problem.
+Anything else (another server, a rebuilt replica) would resume silently at a wrong place, so it stops
+with what happened and what to do; so does a replica of another primary whose GTIDs are numbered alike,
+told by the stamp of the last transaction (:mod:`.source_identity`), and a file edited by hand, told by
+its digest (:mod:`.checkpoint_edits`). A file that is not a checkpoint (a folder, not JSON, a JSON
+array, a field of the wrong type) is a :class:`CheckpointError` naming the problem.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gtidsnap.core.model import Flavor
 from gtidsnap.core.plan import SnapshotContext
 from gtidsnap.core.replica_choice import Behind, Refused, ReplicaPosition, Verdict, judge, short
 from gtidsnap.core.signal_ledger import SignalLedger
+from gtidsnap.core.source_identity import TransactionStamp
 
 FORMAT_VERSION = 1
 MAX_RECORD_SEQ = 2**63 - 1  # the greatest sequence number: Delta's _seq is a LONG
@@ -61,6 +64,25 @@ class ReplicaInUse:
 
 
 @dataclass(frozen=True)
+class Edit:
+    """A deliberate change an operator made (``gtidsnap checkpoint set``): when (UTC, ISO 8601), by whom
+    (the OS user) and what, kept in the checkpoint's history (:mod:`.checkpoint_edits`)."""
+
+    at: str
+    by: str
+    change: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"at": self.at, "by": self.by, "change": self.change}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Edit:
+        if not isinstance(data, dict):
+            raise ValueError("an entry of history is not an object")
+        return cls(*(str(data.get(k, "")) for k in ("at", "by", "change")))
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """What was fully processed, where the output stands, and the snapshot context."""
 
@@ -74,11 +96,19 @@ class Checkpoint:
     # The identities of the replicas it was written on (MySQL server UUID, MariaDB server id): their own
     # writes, errant transactions, are excused on another replica (:mod:`.replica_choice`).
     origins: tuple[str, ...] = ()
+    # The last transaction it processed, as its primary wrote it (None: none streamed yet, or written by
+    # an earlier version): a replica of another primary is told by it (:mod:`.source_identity`).
+    last_transaction: TransactionStamp | None = None
+    history: tuple[Edit, ...] = ()  # deliberate edits (``gtidsnap checkpoint set``), oldest first
 
     def to_json(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"replica": self.replica.to_json()} if self.replica is not None else {}
         if self.origins:
             extra["origins"] = list(self.origins)
+        if self.last_transaction is not None:
+            extra["last_transaction"] = self.last_transaction.to_json()
+        if self.history:
+            extra["history"] = [e.to_json() for e in self.history]
         return extra | {
             "format": FORMAT_VERSION,
             "flavor": self.flavor,
@@ -120,7 +150,18 @@ class Checkpoint:
             signals=SignalLedger.from_json(typed_field(data, "signals", dict, {})),
             replica=ReplicaInUse.from_json(data.get("replica")),
             origins=tuple(str(o) for o in typed_field(data, "origins", list, [])),
+            last_transaction=_stamp(flavor, data.get("last_transaction")),
+            history=tuple(Edit.from_json(e) for e in typed_field(data, "history", list, [])),
         )
+
+
+def _stamp(flavor: str, data: Any) -> TransactionStamp | None:
+    """The checkpoint's last transaction (None: it names none), its GTID of the checkpoint's flavour."""
+    if data is None:
+        return None
+    stamp = TransactionStamp.from_json(data)
+    parse_gtid_set(flavor, stamp.gtid)  # a GtidParseError is a ValueError naming it
+    return stamp
 
 
 def resume_problem(

@@ -1,6 +1,8 @@
-"""Where the checkpoint lives: one JSON file, replaced atomically (written, fsynced, renamed, and
-the folder fsynced), so a kill -9 at any instant leaves the old checkpoint or the new one whole. And
-the checks before a run continues one: the replica can continue it (:func:`resumable`), the output has
+"""Where the checkpoint lives: one JSON file with the digest of its content
+(:mod:`gtidsnap.core.checkpoint_edits`), replaced atomically (written, fsynced, renamed, and the folder
+fsynced), so a kill -9 at any instant leaves the old checkpoint or the new one whole; one whose content
+does not match its digest (edited by hand) is refused. And the checks before a run continues one: the
+replica can continue it (:func:`resumable`), the output matches it before it is cut back to it and has
 not used its ``next_seq`` yet (:func:`open_at`)."""
 
 from __future__ import annotations
@@ -12,29 +14,52 @@ from dataclasses import replace
 from pathlib import Path
 
 from gtidsnap.core.checkpoint import Checkpoint, ReplicaInUse, problem_of, resume_verdict
+from gtidsnap.core.checkpoint_edits import Digest, digest_of, edited_by_hand, sealed
 from gtidsnap.core.errors import CheckpointError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
-from gtidsnap.core.ports import CheckpointPort, ReplicaPort, SeqReportingSink, Sink
+from gtidsnap.core.ports import CheckpointPort, CutCheckingSink, ReplicaPort, SeqReportingSink, Sink
 from gtidsnap.core.replica_choice import START_OVER, Behind, Serves, Verdict, short
 from gtidsnap.core.retention import Headroom
+from gtidsnap.engine.safe_files import open_no_follow, replace_atomically
 from gtidsnap.source.low_watermark import applied_covering
 
 log = logging.getLogger(__name__)
 
 
 ORIGINS_KEPT = 32  # replicas a checkpoint remembers having been written on
+_UNDIGESTED_SAID: set[Path] = set()  # checkpoints without a digest already logged (once a process)
 
 
 class CheckpointStore:
-    """One JSON file, replaced atomically."""
+    """One JSON file with a digest of its content, replaced atomically."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def load(self) -> Checkpoint | None:
-        """The checkpoint, None when there is none yet; CheckpointError says what is wrong with it."""
+        """The checkpoint, None when there is none yet; CheckpointError says what is wrong with it (one
+        edited by hand among that)."""
+        found = self.load_as_written()
+        if found is None:
+            return None
+        checkpoint, digest = found
+        if digest is Digest.DIFFERS:
+            raise CheckpointError(edited_by_hand(self.path))
+        if digest is Digest.MISSING and self.path not in _UNDIGESTED_SAID:
+            _UNDIGESTED_SAID.add(self.path)
+            log.info(
+                "checkpoint %s has no digest (written by an earlier version of gtidsnap): accepted; the next "
+                "checkpoint saved carries one",
+                self.path,
+            )
+        return checkpoint
+
+    def load_as_written(self) -> tuple[Checkpoint, Digest] | None:
+        """The checkpoint and what its digest says, an edited one too (``gtidsnap checkpoint show``)."""
         try:
-            data = self.path.read_bytes()
+            fd = open_no_follow(self.path, os.O_RDONLY, "checkpoint")  # a link there is refused
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             return None
         except IsADirectoryError:
@@ -44,7 +69,8 @@ class CheckpointStore:
         except OSError as exc:
             raise CheckpointError(f"checkpoint {self.path} cannot be read: {exc.strerror}") from None
         try:
-            return Checkpoint.from_json(json.loads(data.decode("utf-8")))
+            parsed = json.loads(data.decode("utf-8"))
+            return Checkpoint.from_json(parsed), digest_of(parsed)
         except (ValueError, UnicodeDecodeError) as exc:
             reason = " ".join(str(exc).split())[:300]
             raise CheckpointError(
@@ -63,17 +89,8 @@ class CheckpointStore:
 
     def _write(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            json.dump(checkpoint.to_json(), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        data = json.dumps(sealed(checkpoint), indent=1).encode("utf-8")
+        replace_atomically(self.path, data, "checkpoint")  # never through a link planted at it or its .tmp
 
 
 class StampingStore:
@@ -149,10 +166,21 @@ def resumable(store: CheckpointPort, replica: ReplicaPort, flavor: str) -> tuple
 
 
 def open_at(sink: Sink, checkpoint: Checkpoint, path: Path) -> None:
-    """Open ``sink`` at the checkpoint's position; then, if the output already holds a ``seq`` at or
-    above the checkpoint's ``next_seq``, close it again (the output as it was) and raise a
-    CheckpointError: the run would write those numbers a second time."""
-    sink.open(checkpoint.sink_position)
+    """Open ``sink`` at the checkpoint's position, once a sink that can tell says the output matches it
+    (:class:`CutCheckingSink`: the cut back to it removes only records the replay writes again);
+    then, if the output already holds a ``seq`` at or above the checkpoint's ``next_seq``, close it
+    again (the output as it was) and raise a CheckpointError: the run would write those numbers a
+    second time."""
+    if isinstance(sink, CutCheckingSink):
+        mismatch = sink.open_checked(checkpoint.sink_position, checkpoint.next_seq)
+        if mismatch is not None:
+            raise CheckpointError(
+                f"checkpoint {path} does not match its output: {mismatch}; nothing was changed. It was "
+                f"edited, or belongs to another output: use the checkpoint that belongs to this output "
+                f"(or restore both from one backup), or {START_OVER}"
+            )
+    else:
+        sink.open(checkpoint.sink_position)
     try:
         problem = reused_seq_problem(sink, checkpoint.next_seq)
     except BaseException:

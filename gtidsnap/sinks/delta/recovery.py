@@ -1,22 +1,31 @@
 """Exactly-once recovery when the sink opens: the commits of batches above the checkpoint's are undone,
 table by table (see the package docstring of :mod:`gtidsnap.sinks.delta`); what the output then holds
 is read with it: the top batch number, each mirror's watermarks, and the greatest ``_seq`` known to be
-in the tables (which the checkpoint's ``next_seq`` must be above)."""
+in the tables (which the checkpoint's ``next_seq`` must be above).
+
+Before anything is undone, the commits recovery would undo are checked against the checkpoint's
+``next_seq`` (:func:`cut_problem`): each commit records the lowest ``_seq`` it wrote
+(``gtidsnap_first_seq``) and a changelog commit from below ``next_seq`` holds records the checkpoint
+counts as written, which no replay writes again; a mirror's background update holds checkpointed data
+only, so undoing one is never right either (a checkpoint edited, or another output's): the sink refuses
+to open (:class:`CutRefused`), the tables untouched. Commits written before the lowest ``_seq`` was
+recorded are not checked by it."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from gtidsnap.core.errors import SinkError
+from gtidsnap.core.errors import OutputRefusedError, SinkError
 from gtidsnap.core.model import TableId, quote_ident
 from gtidsnap.core.ports import HeldSeq
-from gtidsnap.sinks.delta.catch_up import MIRROR_UPDATE, merged_watermark, staged_watermark
+from gtidsnap.sinks.delta.catch_up import FIRST_SEQ, MIRROR_UPDATE, merged_watermark, staged_watermark
+from gtidsnap.sinks.delta.jvm_delta import newest_files
 from gtidsnap.sinks.delta.layout import KEY_PROPERTY, DeltaTableRef, recorded_key
 from gtidsnap.sinks.delta.util import USER_METADATA, same_key, short_error
 
@@ -46,17 +55,34 @@ class Recovered:
     held: HeldSeq | None
 
 
+class CutRefused(SinkError):
+    """Recovery would undo records numbered below the checkpoint's ``next_seq`` (nothing changed)."""
+
+    retryable = False
+
+
 def recover_all(
-    spark: SparkSession, root: str, tables: Sequence[DeltaTableRef], last: int | None
+    spark: SparkSession,
+    root: str,
+    tables: Sequence[DeltaTableRef],
+    last: int | None,
+    next_seq: int | None = None,
 ) -> Recovered:
     """Recovery of every table under ``root`` for the checkpoint of batch ``last`` (None: no
-    checkpoint), once the tables are those such a checkpoint can continue."""
+    checkpoint), once the tables are those such a checkpoint can continue and, with ``next_seq`` (the
+    checkpoint's), once nothing it would undo is below it (else :class:`CutRefused`, nothing undone)."""
+    from delta.tables import DeltaTable
+
     _check_tables(root, tables, last)
+    kept = [ref for ref in tables if ref.kind != "history"]  # kept from the changelog: nothing to undo
+    histories: dict[tuple[str, str], list[Any]] = {
+        (r.kind, r.path): history_since(DeltaTable.forPath(spark, r.path), last or 0) for r in kept
+    }
+    if next_seq is not None and (problem := cut_problem(histories, last or 0, next_seq)) is not None:
+        raise CutRefused(problem)
     highest, watermarks, held = last or 0, {}, None
-    for ref in tables:
-        if ref.kind == "history":  # kept from the changelog, never ahead of it: nothing to undo
-            continue
-        recovery = recover(spark, ref, last or 0)
+    for ref in kept:
+        recovery = recover(spark, ref, last or 0, histories[ref.kind, ref.path])
         highest = max(highest, recovery.max_batch)
         if ref.kind == "mirror":
             watermarks[ref.table] = (recovery.merged_seq, recovery.staged_seq)
@@ -67,13 +93,13 @@ def recover_all(
 def _check_tables(root: str, tables: Sequence[DeltaTableRef], last: int | None) -> None:
     if last is None and tables:
         names = ", ".join(sorted({str(t.table) for t in tables}))
-        raise SinkError(
+        raise OutputRefusedError(
             f"{root} already holds Delta tables of gtidsnap ({names}) but there is no "
             "checkpoint: an earlier run's output cannot be continued without it. Restore the "
             "checkpoint, or move those tables away (or point sink.path elsewhere) to start over"
         )
     if last and not tables:
-        raise SinkError(
+        raise OutputRefusedError(
             f"the checkpoint says batch {last} was committed to {root}, but no Delta table is "
             "there: point sink.path at that output, or start over with a new checkpoint"
         )
@@ -98,7 +124,8 @@ def _held_by(spark: SparkSession, ref: DeltaTableRef, recovery: Recovery) -> Hel
 
 def _logged_top(spark: SparkSession, path: str) -> int | None:
     """:func:`top_seq_by_stats` of a changelog; a failed read (Delta's internal API, reached over
-    Py4J) is logged, not raised: the check it serves guards a checkpoint, the output needs none."""
+    Py4J by :mod:`.jvm_delta`) is logged, not raised: the check it serves guards a checkpoint, the output
+    needs none."""
     try:
         return top_seq_by_stats(spark, path)
     except Exception as exc:
@@ -112,11 +139,7 @@ def top_seq_by_stats(spark: SparkSession, path: str) -> int | None:
     vectors, or without ``_seq`` statistics (a table of many columns whose names need quoting keeps
     statistics on its first 32 only), tells nothing cheaply and is left out, so the answer may be
     lower than the truth, never higher. None: no file tells."""
-    from pyspark.sql import DataFrame
-
-    jvm: Any = spark._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    files = DataFrame(delta_log.startTransaction().snapshot().allFiles().toDF(), spark)  # the newest version
+    files = newest_files(spark, path)
     bounds = F.coalesce(F.get_json_object("stats", "$.tightBounds"), F.lit("true"))
     tight = F.col("deletionVector").isNull() & (bounds == "true")
     top = F.get_json_object("stats", "$.maxValues._seq").cast("long")
@@ -124,13 +147,34 @@ def top_seq_by_stats(spark: SparkSession, path: str) -> int | None:
     return int(row[0]) if row is not None and row[0] is not None else None
 
 
-def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
-    """Undo the commits of batches after ``last`` (see the package docstring); report the top batch
-    and, read off the same history, how far the table then holds its changelog."""
-    from delta.tables import DeltaTable
+def cut_problem(histories: Mapping[tuple[str, str], list[Any]], last: int, next_seq: int) -> str | None:
+    """Why undoing what recovery would undo of ``histories`` (commits by table kind and path, from
+    :func:`history_since`) for the checkpoint of batch ``last`` removes records below ``next_seq``: a
+    changelog commit from a seq below it (``gtidsnap_first_seq``), or a mirror's background update
+    (it holds checkpointed data only: undone, what it took from staged files is gone)."""
+    for (kind, path), commits in histories.items():
+        target = undo_target(commits, last)
+        for c in [c for c in commits if target is not None and int(c["version"]) > target]:
+            meta, batch = _metadata_of(c), batch_of(c["userMetadata"])
+            first = meta.get(FIRST_SEQ) if kind == "changelog" else None
+            where = f"{path} version {c['version']} (batch {batch})"
+            if isinstance(first, int) and first < next_seq:
+                return (
+                    f"{where} holds records from seq {first} on, below the checkpoint's next_seq {next_seq}, "
+                    f"and the checkpoint's batch {last} is before it: going back to that batch would remove "
+                    "records nothing writes again"
+                )
+            if MIRROR_UPDATE in meta:
+                return (
+                    f"{where} holds the checkpointed data of batch {batch}, after the checkpoint's batch "
+                    f"{last}: going back to that batch would remove records nothing writes again"
+                )
+    return None
 
-    commits = history_since(DeltaTable.forPath(spark, ref.path), last)
-    highest = max((batch_of(c["userMetadata"]) or 0 for c in commits), default=0)
+
+def undo_target(commits: Sequence[Any], last: int) -> int | None:
+    """The version recovery takes a table back to (None: nothing to undo): the one before its first
+    commit of a batch above ``last``, unless an undo back there followed (ours, or a RESTORE)."""
     target: int | None = None
     dirty = False
     for c in commits:
@@ -140,7 +184,20 @@ def recover(spark: SparkSession, ref: DeltaTableRef, last: int) -> Recovery:
             dirty = True
         elif target is not None and _undoes(c, target):
             dirty = False
-    if not dirty or target is None:
+    return target if dirty else None
+
+
+def recover(spark: SparkSession, ref: DeltaTableRef, last: int, commits: list[Any] | None = None) -> Recovery:
+    """Undo the commits of batches after ``last`` (see the package docstring); report the top batch
+    and, read off the same history (``commits``: read already), how far the table then holds its
+    changelog."""
+    from delta.tables import DeltaTable
+
+    if commits is None:
+        commits = history_since(DeltaTable.forPath(spark, ref.path), last)
+    highest = max((batch_of(c["userMetadata"]) or 0 for c in commits), default=0)
+    target = undo_target(commits, last)
+    if target is None:
         return Recovery(None, highest, merged_watermark(commits), staged_watermark(commits))
     if target < 0:
         raise SinkError(f"{ref.path} has no version before batch {last + 1} to go back to")
@@ -179,17 +236,23 @@ def history_since(table: DeltaTable, last: int) -> list[Any]:
 
 
 def batch_of(user_metadata: str | None) -> int | None:
-    if not user_metadata:
-        return None
-    try:
-        data = json.loads(user_metadata)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
+    data = _parsed(user_metadata)
     # a background mirror update names the batch whose checkpoint was saved: never above the checkpoint
     batch = data.get("gtidsnap_batch", data.get(MIRROR_UPDATE))
     return batch if isinstance(batch, int) else None
+
+
+def _metadata_of(commit: Any) -> dict[str, Any]:
+    return _parsed(commit["userMetadata"])
+
+
+def _parsed(user_metadata: str | None) -> dict[str, Any]:
+    """A commit's user metadata as an object ({}: none, or not one)."""
+    try:
+        data = json.loads(user_metadata) if user_metadata else None
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _committed(batch: int | None, last: int) -> bool:
