@@ -31,16 +31,17 @@ def commit_then_save(
     commit: Callable[[], Any],
     state: Checkpoint,
     store: CheckpointPort,
-    saved: Callable[[Any], None] | None = None,
+    saved: Callable[[Any, Checkpoint], None] | None = None,
 ) -> None:
     """The one order of a commit: the sink's batch, then the checkpoint naming the sink's position
     (``state`` was taken when the batch was sealed, so it describes exactly what the batch holds),
     then the sink told it is saved (``saved``, a :class:`CheckpointedSink`'s)."""
     position = commit()
     crash_point("between-commit-and-checkpoint")
-    store.save(replace(state, sink_position=position))
+    checkpoint = replace(state, sink_position=position)
+    store.save(checkpoint)
     if saved is not None:
-        saved(position)
+        saved(position, checkpoint)
 
 
 class BackgroundCommitter:

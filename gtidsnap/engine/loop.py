@@ -17,16 +17,28 @@ commit and checkpoint. Other threads only put commands (:mod:`gtidsnap.core.comm
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from functools import partial
 
-from gtidsnap.core.checkpoint import Checkpoint
-from gtidsnap.core.commands import Command, StartSnapshot
+from gtidsnap.core.checkpoint import Checkpoint, Edit
+from gtidsnap.core.commands import (
+    Command,
+    PauseSnapshots,
+    ResumeSnapshots,
+    SetChunkDelay,
+    SetChunkSize,
+    Shutdown,
+    SignalReceived,
+    StartSnapshot,
+    StopSnapshot,
+)
 from gtidsnap.core.errors import SchemaError, SourceError, stored_reason
-from gtidsnap.core.gtid import GtidSet
+from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.model import BinlogEvent, RowChange, RowChanges, SchemaChange, TableId, TxBegin, TxCommit
 from gtidsnap.core.notifications import NO_TOPIC
 from gtidsnap.core.plan import SnapshotContext, TableProgress
@@ -36,8 +48,10 @@ from gtidsnap.core.ports import (
     ChunkReaderPool,
     DecoderFigures,
     DrainingSink,
+    PreparingSink,
     RenderingSink,
     ReplicaPort,
+    RowsOnly,
     Sink,
     StreamFactory,
     StreamPort,
@@ -47,10 +61,10 @@ from gtidsnap.core.run_stats import RunStats
 from gtidsnap.core.schema import TableSchema
 from gtidsnap.core.schema_cache import SchemaCache
 from gtidsnap.core.signal_ledger import SignalLedger
+from gtidsnap.core.source_identity import TransactionStamp, stamp_of
 from gtidsnap.engine.checkpoint_store import open_at, resumable
 from gtidsnap.engine.committer import Commits
-from gtidsnap.engine.loop_commands import LoopCommands
-from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step
+from gtidsnap.engine.loop_step import EngineSettings, LoopFacts, Step, next_step, take_commands
 from gtidsnap.engine.stream_pump import PumpedStream, ShapesForgotten
 from gtidsnap.snapshot.planner import (
     ChunkPlanner,
@@ -62,13 +76,14 @@ from gtidsnap.snapshot.planner import (
     SnapshotFailed,
 )
 from gtidsnap.snapshot.readers import InlineChunkReaders
+from gtidsnap.snapshot.request import checked_request
 from gtidsnap.snapshot.windows import ChunkOut
 
 log = logging.getLogger("gtidsnap.engine.loop")
 TX_BURST = 1000  # events read in a row (one transaction, or several small ones) before the loop's turn
 
 
-class Engine(LoopCommands):
+class Engine:
     """Snapshot + stream, resumable. Build it with adapters, call :meth:`run`."""
 
     def __init__(
@@ -107,19 +122,28 @@ class Engine(LoopCommands):
         self._chunks: ChunkPlanner | None = None  # set while run() runs
         self._decoders: DecoderFigures | None = None  # the stream's decoder processes, if any
         self._catalog: Callable[[], list[TableId]] = replica.tables  # the replica's tables (request patterns)
+        self._prepared: set[TableId] = set()  # captured tables the sink was told of (PreparingSink)
+        self._last_tx: tuple[TxCommit, GtidSet] | None = None  # the last commit, the processed set before
+        # What a run resumes from (:meth:`_resume`: the checkpoint's, or the replica's on a first run).
+        self._flavor = str(getattr(replica.flavor, "value", replica.flavor))
+        self.processed: GtidSet = parse_gtid_set(self._flavor, "")  # transactions fully processed
+        self.excused: GtidSet = self.processed  # other replicas' own writes, never waited for
+        self.seq = 1  # the next record's number
+        self.context = SnapshotContext()
+        self.signals = SignalLedger()
+        self.history: tuple[Edit, ...] = ()  # the checkpoint's deliberate edits, carried on
+        self._stamp: TransactionStamp | None = None  # the last transaction processed (source identity)
 
     # ------------------------------------------------------------------ start and resume
     def _resume(self) -> None:
-        self._flavor = str(getattr(self.replica.flavor, "value", self.replica.flavor))
         checkpoint, self.excused = resumable(self.store, self.replica, self._flavor)  # errant elsewhere
         if isinstance(self.sink, CheckpointedSink):
             self.sink.report_checkpoints()
+        self.history = checkpoint.history if checkpoint is not None else ()
+        self._stamp = checkpoint.last_transaction if checkpoint is not None else None
         if checkpoint is None:
             self.sink.open(None)  # first: what the replica executes while an output opens is not backlog
             self.processed = self.replica.applied()  # with domains applied but never logged here
-            self.seq = 1
-            self.context = SnapshotContext()
-            self.signals = SignalLedger()
             log.info("first run: streaming from the replica's executed set %s", self.processed)
             self._commit()  # so a crash before the first commit resumes from here, not later
         else:
@@ -139,6 +163,47 @@ class Engine(LoopCommands):
         new = [t for t in tables if t not in known]
         if new:
             self._apply(StartSnapshot(tuple(new), condition))
+
+    # ------------------------------------------------------------------ commands (between transactions)
+    def _drain_commands(self) -> None:
+        if not self.commands.queue:  # checked once per event: a lock-free look (len of a deque is atomic)
+            return  # spares the lock and the raised queue.Empty, ~3% of streaming time when profiled
+        self._catalog = functools.cache(self.replica.tables)  # read once a turn, not once a request
+        for command in take_commands(self.commands):  # a flood waits for the next turns
+            self._apply(command)
+
+    def _apply(self, command: Command) -> None:
+        if isinstance(command, SignalReceived):
+            self._apply_signal(command)
+            return
+        if isinstance(command, StartSnapshot):
+            for table, condition in checked_request(command, self._catalog, self.schemas).items():
+                self.captured.add(table)
+                self.context = self.context.enqueue([table], condition)
+        elif isinstance(command, StopSnapshot):
+            if self._chunks is not None:  # rows already streamed stay; the chunks in flight are dropped
+                self._write(self._emitted(self._chunks.stop(command.tables)))
+            self.context = self.context.stop(command.tables)
+        elif isinstance(command, PauseSnapshots | ResumeSnapshots):
+            self.context = replace(self.context, paused=isinstance(command, PauseSnapshots))
+            if self._chunks is not None:
+                self._chunks.paused()
+        elif isinstance(command, SetChunkSize | SetChunkDelay):
+            self.settings = self.settings.tuned(command)
+        elif isinstance(command, Shutdown):
+            self._stop = True
+        log.info("command %s applied", command)
+
+    def _apply_signal(self, signal: SignalReceived) -> None:
+        """Act on a signal once; the ledger records what became of it with its offset."""
+        recorded = self.signals.act_once(signal, self._apply, lambda: self.context)
+        if recorded is None:
+            return  # already consumed before a restart
+        self.stats.signal_outcome(recorded.outcome)
+        (log.warning if recorded.outcome.startswith("refused") else log.info)(
+            "signal %s (%s) at offset %d: %s", signal.id, signal.kind, signal.offset, recorded.outcome
+        )
+        self._commits.uncommitted += 1  # checkpoint soon: the offset must be durable
 
     # ------------------------------------------------------------------ the loop
     def run(self, snapshot: Sequence[TableId] = (), until_caught_up: bool = False) -> RunStats:
@@ -160,6 +225,8 @@ class Engine(LoopCommands):
         # Readers render rows in the sink's own form (JSON bodies, Arrow columns): no work a row here.
         remote = bool(getattr(self.readers, "remote", False))
         render = self.sink.chunk_renderer(remote) if isinstance(self.sink, RenderingSink) else None
+        if render is not None and not self.settings.compiled_reads:
+            render = RowsOnly(render)  # snapshot.compiled_reads = false: the Python driver reads all
         start = self.processed - self.excused  # windows never wait for other replicas' errant writes
         chunks = self._chunks = ChunkPlanner(
             self.replica, self.readers, self.schemas, start, render=render, stats=self.stats
@@ -320,7 +387,9 @@ class Engine(LoopCommands):
             if not self._in_tx:  # events of it were lost: stop before it counts as processed
                 raise SourceError(f"the binlog stream handed the commit of {event.gtid} without its start")
             self._in_tx = False
-            self.processed = self.processed.add(event.gtid)
+            before = self.processed
+            self.processed = before.add(event.gtid)
+            self._last_tx = (event, before)  # stamped at the next commit (:meth:`_last_stamp`)
         elif isinstance(event, SchemaChange):
             for table in event.tables:
                 self.schemas.forget(table)  # read again, with the new shape, when next needed
@@ -362,10 +431,14 @@ class Engine(LoopCommands):
 
     def _records_of_chunk(self, chunk: ChunkOut) -> list[Emitted]:
         """A chunk's surviving rows as records; its table's progress moves past it. ``chunk.key_columns``:
-        the key of the shape they were read with (a DDL's shape forgotten by the pump, a rename's)."""
+        the key of the shape they were read with (a DDL's shape forgotten by the pump, a rename's). They
+        are stamped with the source commit time of the last change streamed (the wall clock before any
+        in this run): their ``source_ts`` is never later than a key's next change's."""
         progress = self._progress_of(chunk.table)
         table, rows = chunk.table, chunk.rows
-        records = snapshot_output(table, rows, chunk.key_columns, self.seq, progress.fresh, int(time.time()))
+        # stamped with the source's time where the stream stands (a key's next change comes later)
+        stamp = self.stats.source_ts or int(time.time())
+        records = snapshot_output(table, rows, chunk.key_columns, self.seq, progress.fresh, stamp)
         self.seq += seq_span(rows)
         progress = progress.chunk_read(chunk.upto, len(rows))
         if rows:
@@ -377,10 +450,36 @@ class Engine(LoopCommands):
 
     def _commit(self) -> None:
         """Output and checkpoint advance together (:class:`gtidsnap.engine.committer.Commits`)."""
+        if isinstance(self.sink, PreparingSink) and not self.captured <= self._prepared:
+            self._prepare(sorted(self.captured - self._prepared))
         self.signals.checkpointing(self.context, self.delivered())  # notifications out, progress in
         state = Checkpoint(self._flavor, self.processed, self.seq, None, self.context, self.signals.copy())
+        state = replace(state, last_transaction=self._last_stamp(), history=self.history)
         self._commits.commit(state)
         self._report()
+
+    def _prepare(self, tables: list[TableId]) -> None:
+        """Tell the sink of newly captured tables and their shapes (read here, on the loop's thread):
+        their output's tables are made with the commit that follows. A table whose shape cannot be read
+        is left to the first event that needs it (which says why)."""
+        assert isinstance(self.sink, PreparingSink)
+        shapes: dict[TableId, TableSchema] = {}
+        for table in tables:
+            try:
+                shapes[table] = self.schemas.get(table)
+            except SchemaError as exc:
+                log.debug("%s: its output's tables wait for its shape: %s", table, exc)
+        self._prepared.update(tables)
+        if shapes:
+            self.sink.prepare(shapes)
+
+    def _last_stamp(self) -> TransactionStamp | None:
+        """The stamp of the last transaction processed (:mod:`gtidsnap.core.source_identity`)."""
+        if self._last_tx is not None:
+            (commit, before), self._last_tx = self._last_tx, None
+            if commit.timestamp:  # 0: a stream that does not say (fakes)
+                self._stamp = stamp_of(commit.gtid, commit.server_id, commit.timestamp, before)
+        return self._stamp
 
     def _report(self) -> None:
         decoders = self._decoders

@@ -33,6 +33,7 @@ class EngineSettings:
     batch_rows: int = DEFAULTS["sink"]["batch_rows"]  # records per sink commit
     snapshot_interval_s: float | None = None  # between commits while a snapshot is read (None: the same)
     snapshot_batch_rows: int | None = None  # rows of read chunks per commit (None: counted as records)
+    compiled_reads: bool = DEFAULTS["snapshot"]["compiled_reads"]  # chunks into Arrow by connectorx
 
     def tuned(self, command: SetChunkSize | SetChunkDelay) -> EngineSettings:
         if isinstance(command, SetChunkDelay):

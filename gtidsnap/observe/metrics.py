@@ -4,7 +4,7 @@ Nothing is counted for the metrics alone on the hot path: the engine and the sin
 (:class:`gtidsnap.core.run_stats.RunStats`, the mirror keeper's MERGE durations) as they always do, and
 this collector turns them into metric families at each scrape, so a run nobody scrapes pays nothing.
 Labels have bounded cardinality: ``table`` (the captured tables), ``op`` (c, u, d, r), ``reader`` (1..n),
-``state``, ``kind``, ``outcome``.
+``state``, ``kind``, ``outcome``, ``path``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from gtidsnap.core.run_stats import DurationHistogram, RunStats
 from gtidsnap.engine.loop import Engine
 from gtidsnap.observe.health import HealthFacts
 from gtidsnap.observe.probe import ReplicaProbe
+from gtidsnap.source.binlog import library
 
 GAUGES = (
     "gtidsnap_replica_info",
@@ -38,6 +39,7 @@ GAUGES = (
     "gtidsnap_checkpoint_age_seconds",
     "gtidsnap_loop_tick_age_seconds",
     "gtidsnap_binlog_retention_headroom_seconds",
+    "gtidsnap_binlog_fast_path",
 )
 COUNTERS = (
     "gtidsnap_stream_events",
@@ -158,6 +160,16 @@ class RunCollector(Collector):
                 "Until the replica purges the oldest binlog the checkpoint needs",
                 headroom.seconds,
             )
+        gate = library.installed()
+        if gate is not None:
+            fast = GaugeMetricFamily(
+                "gtidsnap_binlog_fast_path",
+                "1: a fast path through the binlog libraries' internals is on (their tested versions)",
+                labels=["path"],
+            )
+            for path, on in gate.paths.items():
+                fast.add_metric([path], 1 if on else 0)
+            yield fast
         tick = 0.0 if stats.tick_at is None else max(0.0, time.monotonic() - stats.tick_at)
         yield _gauge("gtidsnap_loop_tick_age_seconds", "Since the engine's loop last turned", tick)
         errors = CounterMetricFamily("gtidsnap_errors", "Errors by kind", labels=["kind"])

@@ -1,11 +1,20 @@
 """The monitoring endpoint: ``/metrics`` (Prometheus text, or OpenMetrics when the scraper asks for it),
-``/healthz`` and ``/readyz`` (200 with ``ok``, or 503 with one problem a line), on a daemon thread."""
+``/healthz`` and ``/readyz`` (200 with ``ok``, or 503 with one problem a line), on a daemon thread.
+
+An IPv6 address listens as itself (``[::1]:9108``, the documented form, bound an IPv6 socket). A request
+that fails (a client gone before its answer, a broken request) is logged once a kind with a count, never
+as the traceback the standard library prints for each: a burst of clients that hang up wrote 300 of them
+into one run's log."""
 
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
@@ -15,12 +24,64 @@ from gtidsnap.observe.health import liveness, readiness
 from gtidsnap.observe.metrics import RunCollector, RunView
 
 log = logging.getLogger("gtidsnap.observe")
+REPEAT_S = 60.0  # a failing request of one kind is logged at most this often, with how many failed
 
 
 def split_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9108`` for IPv6) as the socket wants it."""
     host, _, port = listen.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+class RepeatedErrors:
+    """An error that repeats in a loop, logged once a kind and then every ``every_s`` with how many times
+    it came meanwhile, instead of a line (or a traceback) each time."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = REPEAT_S) -> None:
+        self.logger, self.every_s = logger, every_s
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float | None, int, str]] = {}  # kind -> (logged at, since, last text)
+
+    def __call__(self, kind: str, text: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            logged_at, since, _ = self._seen.get(kind, (None, 0, text))
+            if logged_at is not None and now - logged_at < self.every_s:
+                self._seen[kind] = (logged_at, since + 1, text)
+                return
+            self._seen[kind] = (now, 0, text)
+        self.logger.warning("%s%s", text, _more(since, now - logged_at) if logged_at is not None else "")
+
+    def flush(self) -> None:
+        """Say how many came since each kind was last logged (at the end: none goes unsaid)."""
+        now = time.monotonic()
+        with self._lock:
+            seen, self._seen = self._seen, {}
+        for logged_at, since, text in seen.values():
+            if since and logged_at is not None:
+                self.logger.warning("%s%s", text, _more(since, now - logged_at))
+
+
+def _more(count: int, seconds: float) -> str:
+    return f" ({count} more like it in the last {seconds:.0f} s)" if count else ""
+
+
+class _Http(ThreadingHTTPServer):
+    """The standard server, its failed requests logged as :class:`RepeatedErrors`, on IPv6 when asked."""
+
+    daemon_threads = True
+    request_queue_size = 128  # the standard 5 dropped a burst's connections (each retried a second later)
+
+    def __init__(self, address: tuple[str, int], handler: Any) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.errors = RepeatedErrors(log)
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        kind = type(error).__name__
+        self.errors(kind, f"monitoring endpoint: a request failed: {kind}: {error}")
 
 
 class MonitoringServer:
@@ -33,12 +94,11 @@ class MonitoringServer:
         handler = _handler(self)
         host, port = split_listen(listen)
         try:
-            self._http = ThreadingHTTPServer((host, port), handler)
+            self._http = _Http((host, port), handler)
         except OSError as exc:
             raise ConfigError(
                 f"metrics.listen = {listen!r}: cannot serve there: {exc.strerror or exc}"
             ) from None
-        self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, name="gtidsnap-metrics", daemon=True)
 
     @property
@@ -55,6 +115,7 @@ class MonitoringServer:
     def stop(self) -> None:
         self._http.shutdown()
         self._http.server_close()
+        self._http.errors.flush()
 
 
 def _handler(server: MonitoringServer) -> type[BaseHTTPRequestHandler]:

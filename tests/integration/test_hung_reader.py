@@ -1,7 +1,9 @@
 """A chunk reader process stopped (SIGSTOP) mid-snapshot on the real MariaDB replica: neither reading nor
 dying, it holds its chunk. Past ``snapshot.hung_after_s`` the run warns, kills the readers, starts new
 ones and reads the chunks in flight again; the output is exact. A reader stopped when the snapshot is
-done does not hold up the end of an ``--until-caught-up`` run."""
+done does not hold up the end of an ``--until-caught-up`` run. And a binlog decoder process stopped
+while changes stream: past ``decoder_hung_after_s`` it is reported, killed and replaced, the stream goes
+on, /healthz and /readyz stay or come back to 200, and the output is exact."""
 
 from __future__ import annotations
 
@@ -16,12 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from gtidsnap.config.settings import MetricsSection
 from gtidsnap.core.commands import Shutdown
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.engine.loop import Engine
-from gtidsnap.runner import build_engine
+from gtidsnap.observe.monitoring import Monitoring
+from gtidsnap.run import build_engine
+from gtidsnap.source.binlog.stream import BinlogStream
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (
     Writer,
@@ -31,8 +36,10 @@ from tests.integration.cdc import (
     read_records,
     run_engine,
     source_rows,
+    wait_for,
 )
 from tests.integration.fixtures.db_servers import READER, ReplicaPair
+from tests.integration.test_monitoring import free_port, get
 
 pytestmark = pytest.mark.integration
 
@@ -171,5 +178,86 @@ def test_a_stopped_reader_is_replaced_its_chunks_read_again_and_the_end_never_wa
     assert ended_at - stopped_at_end[0] < END_LIMIT_S, "the run's end waited on a stopped reader"
     assert not survivors, f"stopped readers outlived the run: {survivors}"
     assert not result.failed
+    run_engine(pair, tmp_path, [], tables=[table])  # the writer's last changes
+    check_invariants(read_records(tmp_path), {f"{db}.t": source_rows(pair, db, "t")})
+
+
+DECODER_HUNG_AFTER_S = 3.0
+DECODER_WARNING = "has not answered its batch"
+
+
+def test_a_stopped_decoder_is_replaced_the_stream_goes_on_and_health_recovers(
+    mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run of the issue (``readers = 0``, ``decoders = 1``), a writer streaming changes: the decoder is
+    stopped with SIGSTOP. Within ``decoder_hung_after_s`` it is reported once, killed and replaced, the
+    changes keep coming, /healthz and /readyz answer 200, and the output replays to the table. Without
+    the watch no change came again and /healthz turned 503 for good (the issue: 120 s, only kill -9)."""
+    pair, db = mariadb_pair, maria_db
+    create_table(pair, db, "t", 200)
+    table = TableId(db, "t")
+    address = f"127.0.0.1:{free_port()}"
+    config = replace(
+        make_config(pair, tmp_path, [table], readers=0),
+        decoders=1,
+        decoder_hung_after_s=DECODER_HUNG_AFTER_S,
+        metrics=MetricsSection(listen=address, stall_after_s=10.0, probe_interval_s=0.5),
+    )
+    changes = tmp_path / "changes.jsonl"
+    streams: list[BinlogStream] = []
+    stopped: list[int] = []
+    errors: list[BaseException] = []
+
+    def healthy() -> bool:
+        return get(address, "/healthz")[0] == get(address, "/readyz")[0] == 200
+
+    writer = Writer(pair, db, ["t"], seed=56, transactions=100_000, pause_s=0.01)
+    with caplog.at_level(logging.INFO), Replica(config.source) as replica:
+        engine = build_engine(config, replica, opened=streams)
+        monitoring = Monitoring(config, replica, engine)
+
+        def run() -> None:
+            try:
+                engine.run(snapshot=[table])  # its rows, then the writer's changes streamed
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        try:
+            writer.start()
+            wait_for("/healthz and /readyz", healthy, 60)
+
+            def decoder_pid() -> int | None:
+                """The decoder's pid once it has decoded rows (not one still starting up)."""
+                decoders = streams[-1].decoders if streams else None
+                working = decoders is not None and decoders.pids() and decoders.rows[0] > 0
+                return decoders.pids()[0] if working and decoders is not None else None
+
+            pid = wait_for("a decoder process at work", decoder_pid, 60)
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+            at_stop = changes.stat().st_size
+            wait_for(  # the bound, a restart of the decoders and the stream's reconnect, and slack
+                "changes streamed after the decoder was stopped",
+                lambda: changes.stat().st_size > at_stop + 2000,
+                DECODER_HUNG_AFTER_S + 20,
+            )
+            wait_for("/healthz and /readyz after the stopped decoder", healthy, 30)
+            assert gone(pid), "the stopped decoder was not killed"
+            writer.stop()
+            writer.join()
+        finally:
+            for pid in stopped:  # whatever happened, nothing stays stopped
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            writer.stop()
+            engine.commands.put(Shutdown())
+            thread.join(60)
+            monitoring.stop()
+    assert not errors, errors
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    hung = [w for w in warned if DECODER_WARNING in w]
+    assert len(hung) == 1 and f"gtidsnap-decoder-0 (pid {stopped[0]})" in hung[0], warned
     run_engine(pair, tmp_path, [], tables=[table])  # the writer's last changes
     check_invariants(read_records(tmp_path), {f"{db}.t": source_rows(pair, db, "t")})

@@ -34,7 +34,8 @@ from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.engine.checkpoint_store import CheckpointStore
-from gtidsnap.runner import Monitoring, build_engine
+from gtidsnap.observe.monitoring import Monitoring
+from gtidsnap.run import build_engine
 from gtidsnap.signals.notifier import tail
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import REPO, Writer, cli_env, create_table, gtidsnap_cmd, make_config, wait_for

@@ -97,3 +97,65 @@ def test_two_runs_on_one_delta_output_at_a_uri_never_both_write(
     code, text = first.run()  # its restart after the kill -9
     assert code == 0, tail(text)
     assert "the output's lease is held by" in text, "it waited for the dead run's lease to end"
+
+
+def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_untouched(
+    mariadb_pair: ReplicaPair, maria_db: str, tmp_path: Path
+) -> None:
+    """The issue: ``ln -sf victim.txt cp.json.lock; gtidsnap run ...`` overwrote victim.txt with the
+    holder's JSON. Now the run stops at once, naming the link, and victim.txt is as it was; the link
+    removed, the same command runs."""
+    pair = mariadb_pair
+    create_table(pair, maria_db, "t", 20)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "checkpoint.json.lock").symlink_to("victim.txt")
+    args = run_args(tmp_path, f"{maria_db}.t")
+    refused = subprocess.run(
+        gtidsnap_cmd(*args), env=cli_env(pair), cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert len(errors) == 1 and "checkpoint.json.lock is a symbolic link (to victim.txt)" in errors[0], errors
+    assert "remove the link" in errors[0] and "this may pass" not in refused.stderr
+    assert victim.read_text() == "precious\n" and not (tmp_path / "changes.jsonl").exists()
+    (tmp_path / "checkpoint.json.lock").unlink()
+    ran = subprocess.run(
+        gtidsnap_cmd(*args), env=cli_env(pair), cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert victim.read_text() == "precious\n" and len(read_records(tmp_path)) == 20
+
+
+@pytest.mark.parametrize("renewed", ["now + 1e9", "1e400"])
+def test_a_lease_renewed_in_the_future_is_refused_at_once_naming_both_clocks(
+    mariadb_pair: ReplicaPair, tmp_path: Path, renewed: str
+) -> None:
+    """The issue: ``"renewed": now + 1e9`` in ``_gtidsnap_owner.json`` of a ``file://`` Delta output made a
+    run wait 1000000009 s for it to run out; ``1e400`` ended in ``unexpected OverflowError``. Now the run
+    is refused within seconds, before Spark starts, naming the holder and both clocks."""
+    out = tmp_path / "delta"
+    out.mkdir()
+    held = {"host": "host-b", "pid": 4242, "since": "2026-11-28T06:20:00+00:00", "run": "host-b:4242:1"}
+    value = str(time.time() + 1e9) if renewed.startswith("now") else renewed
+    text = json.dumps({**held, "renewed": 0.0}).replace('"renewed": 0.0', f'"renewed": {value}')
+    (out / "_gtidsnap_owner.json").write_text(text)
+    env = cli_env(mariadb_pair) | {"GTIDSNAP_SINK_TYPE": "delta", "GTIDSNAP_SINK_PATH": f"file://{out}"}
+    env["GTIDSNAP_CHECKPOINT_PATH"] = str(tmp_path / "checkpoint.json")
+    started = time.monotonic()
+    refused = subprocess.run(
+        gtidsnap_cmd("run", "--until-caught-up"),
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert time.monotonic() - started < 60, "it waited"
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert (
+        len(errors) == 1
+        and "a lease renewed in the future by another gtidsnap run (pid 4242 on host-b" in (errors[0])
+    ), refused.stderr
+    assert "this host's clock says" in errors[0] and "the clocks of the two hosts disagree" in errors[0]

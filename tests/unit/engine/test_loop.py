@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtidsnap.core.checkpoint import Checkpoint
+from gtidsnap.core.checkpoint import Checkpoint, Edit
+from gtidsnap.core.checkpoint_edits import recorded
 from gtidsnap.core.commands import SetChunkSize, SignalReceived, StartSnapshot
 from gtidsnap.core.errors import CheckpointError, QueryError, SchemaError, SourceError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
@@ -31,7 +32,7 @@ from gtidsnap.engine.loop import Engine
 from gtidsnap.engine.loop_step import COMMANDS_PER_TURN, EngineSettings, take_commands
 from gtidsnap.sinks.jsonl import JsonlSink
 from gtidsnap.snapshot.readers import InlineChunkReaders
-from tests.fakes import FakeChunk, FakeReplica, FakeStream, SealingJsonl, T, World
+from tests.fakes import STAMPED_AT, FakeChunk, FakeReplica, FakeStream, SealingJsonl, T, U, World, resealed
 
 
 class Crash(Exception):
@@ -186,19 +187,25 @@ def test_no_crash_every_initial_row_is_read_once(tmp_path: Path) -> None:
     assert table["done"] and table["rows"] == 25 and table["chunks"] == 7
 
 
+def inline_engine(world: World, tmp: Path, chunk_size: int, sink: JsonlSink | None = None) -> Engine:
+    """An engine on ``world`` (``T`` captured) with one reader on its own thread, writing JSON lines
+    (``sink``, default ``o.jsonl``) and its checkpoint in ``tmp``."""
+    return Engine(
+        FakeReplica(world),
+        lambda start, schema_of: FakeStream(world, start, lambda: None),
+        sink or JsonlSink(tmp / "o.jsonl"),
+        CheckpointStore(tmp / "c.json"),
+        EngineSettings(chunk_size=chunk_size),
+        captured=[T],
+    )
+
+
 def test_without_reader_processes_the_loop_reads_one_chunk_a_turn_and_streams_between(tmp_path: Path) -> None:
     """``snapshot.readers = 0``: one reader on the loop's thread, one range in flight. The stream is
     paused for one chunk's read at most (each pause counted), and between two reads the loop
     processes the stream: a transaction committed during each read is streamed before the next."""
     world = World(random.Random(5), rows=30, writes=0)
-    engine = Engine(
-        FakeReplica(world),
-        lambda start, schema_of: FakeStream(world, start, lambda: None),
-        JsonlSink(tmp_path / "o.jsonl"),
-        CheckpointStore(tmp_path / "c.json"),
-        EngineSettings(chunk_size=3),
-        captured=[T],
-    )
+    engine = inline_engine(world, tmp_path, chunk_size=3)
     pool = engine.readers
     assert isinstance(pool, InlineChunkReaders) and pool.in_flight == 1
     reads: list[tuple[int, GtidSet]] = []
@@ -216,6 +223,65 @@ def test_without_reader_processes_the_loop_reads_one_chunk_a_turn_and_streams_be
     assert all(queued == 1 for queued, _ in reads), "one chunk read per turn"
     for (_, before), (_, after) in itertools.pairwise(reads):
         assert before <= after and before != after, "the stream went on between two reads"
+
+
+def test_snapshot_rows_carry_the_source_time_the_stream_reached(tmp_path: Path) -> None:
+    """A chunk's rows are stamped with the source commit time of the last change streamed before they
+    went out, not the time they were written (a key's next change may have been committed earlier
+    than that); before any change is streamed, with the wall clock."""
+    world = World(random.Random(5), rows=12, writes=0)
+    engine = inline_engine(world, tmp_path, chunk_size=4)
+    pool = engine.readers
+    assert isinstance(pool, InlineChunkReaders)
+    finish, stamps = pool.finish, iter(range(1_600_000_000, 1_600_000_100, 10))
+
+    def read_and_write(windows: Any = None) -> None:
+        if pool.queued:
+            events = world.put(1000 + len(world.txs), 1)  # committed while the chunk is read
+            change = events[1]
+            assert isinstance(change, RowChange)
+            change.source_ts = next(stamps)
+        finish(windows)
+
+    pool.finish = read_and_write  # type: ignore[method-assign]
+    engine.run(snapshot=[T], until_caught_up=True)
+    lines = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    last_change = 0
+    for line in lines:
+        if not line["snapshot"]:
+            last_change = line["source_ts"]
+        else:
+            assert last_change, "each chunk is read while a change commits: it streams first"
+            assert line["source_ts"] == last_change, line
+    assert sum(line["snapshot"] for line in lines) == 12
+
+
+class PreparingJsonl(JsonlSink):
+    """JSON lines that record what :meth:`prepare` was told, and which records were written before."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.prepared: list[tuple[list[TableId], int]] = []
+        self.written = 0
+
+    def prepare(self, shapes: Any) -> None:
+        self.prepared.append((sorted(shapes), self.written))
+
+    def write(self, records: Any) -> None:
+        self.written += len(records)
+        super().write(records)
+
+
+def test_captured_tables_are_told_to_the_sink_before_any_record_and_once(tmp_path: Path) -> None:
+    """A sink whose consumers read its tables (Delta) is told of each captured table with its shape
+    at the first commit after the table is captured, before any record of it, and only once."""
+    world = World(random.Random(4), rows=6, writes=0)
+    sink = PreparingJsonl(tmp_path / "o.jsonl")
+    inline_engine(world, tmp_path, chunk_size=2, sink=sink).run(snapshot=[T], until_caught_up=True)
+    assert sink.prepared == [([T], 0)]
+    # resumed: a captured table is told again (its tables may be gone)
+    inline_engine(world, tmp_path, chunk_size=2, sink=sink).run(until_caught_up=True)
+    assert [tables for tables, _ in sink.prepared] == [[T], [T]]
 
 
 def test_chunk_size_changes_while_running(tmp_path: Path) -> None:
@@ -405,7 +471,7 @@ def test_a_checkpoint_the_replica_cannot_continue_is_refused_before_any_output(t
     engine().run(snapshot=[T], until_caught_up=True)
     data = json.loads(store.path.read_text())
     data["processed"] += ",8a94f357-aab4-11df-86ab-c80aa9429562:1-3"  # another server's transactions
-    store.path.write_text(json.dumps(data))
+    store.path.write_text(json.dumps(resealed(data)))
     before = out.read_bytes()
     with pytest.raises(CheckpointError, match=r"has not executed .*8a94f357"):
         engine().run(until_caught_up=True)
@@ -413,8 +479,9 @@ def test_a_checkpoint_the_replica_cannot_continue_is_refused_before_any_output(t
 
 
 def test_a_checkpoint_whose_next_seq_the_output_used_is_refused_and_the_output_kept(tmp_path: Path) -> None:
-    """A next_seq lowered by hand would number new records like ones the output holds: the run stops
-    after the sink opened, naming both numbers, the checkpoint and the output; put back, it resumes."""
+    """A next_seq lowered (in a checkpoint whose digest says nothing, as another output's) would number
+    new records like ones the output holds: the run stops before the output is cut, naming what differs,
+    the checkpoint and the output; put back, it resumes."""
     world = World(random.Random(6), rows=5, writes=0)
     out, store = tmp_path / "o.jsonl", CheckpointStore(tmp_path / "c.json")
     sinks: list[JsonlSink] = []
@@ -430,18 +497,46 @@ def test_a_checkpoint_whose_next_seq_the_output_used_is_refused_and_the_output_k
     assert data["next_seq"] == last + 1
     before = out.read_bytes()
     for lowered in (last, 1):
-        store.path.write_text(json.dumps({**data, "next_seq": lowered}))
+        store.path.write_text(json.dumps(resealed({**data, "next_seq": lowered})))
         with pytest.raises(CheckpointError) as refused:
             engine().run(until_caught_up=True)
         message = str(refused.value)
-        assert f"up to seq {last} but the checkpoint's next_seq is {lowered}" in message
-        assert str(store.path) in message and str(out) in message
+        assert f"is seq {last}, not next_seq - 1 = {lowered - 1}" in message
+        assert str(store.path) in message and str(out) in message and "nothing was changed" in message
         assert "use the checkpoint that belongs to this output" in message and "start over" in message
         assert out.read_bytes() == before
-        assert sinks[-1]._file is None, "the refused run closed the output it opened"
+        assert sinks[-1]._file is None, "the refused run never opened the output"
     store.path.write_text(json.dumps(data))
     engine().run(until_caught_up=True)
     assert out.read_bytes() == before
+
+
+def test_each_checkpoint_stamps_the_last_transaction_and_keeps_the_history(tmp_path: Path) -> None:
+    """The stamp that tells this primary's history from another's (:mod:`gtidsnap.core.source_identity`)
+    is the last transaction processed, as its stream said; a run that streams nothing keeps it, and
+    the history of deliberate edits goes from checkpoint to checkpoint."""
+    world = World(random.Random(8), rows=5, writes=0)
+    out, store = tmp_path / "o.jsonl", CheckpointStore(tmp_path / "c.json")
+
+    def run() -> Checkpoint:
+        stream = lambda start, schema_of: FakeStream(world, start, lambda: None)  # noqa: E731
+        Engine(FakeReplica(world), stream, JsonlSink(out), store, captured=[T]).run(until_caught_up=True)
+        cp = store.load()
+        assert cp is not None
+        return cp
+
+    assert run().last_transaction is None, "a first run that streamed nothing has none"
+    world.put(1, 7)
+    world.put(2, 8)
+    cp = run()
+    stamp = cp.last_transaction
+    assert (
+        stamp is not None and stamp.gtid == f"{U}:{world.gno}" and stamp.timestamp == STAMPED_AT + world.gno
+    )
+    assert (stamp.server_id, stamp.before) == (1, "")
+    store.save(recorded(cp, "processed: skipped x", "alice", "t"))
+    again = run()
+    assert again.last_transaction == stamp and again.history == (Edit("t", "alice", "processed: skipped x"),)
 
 
 class HeldSink(JsonlSink):

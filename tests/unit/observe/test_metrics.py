@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import random
+import socket
+import struct
 import time
 import urllib.error
 import urllib.request
@@ -10,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
@@ -182,3 +186,43 @@ def registry_of(view: RunView) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RunCollector(view))
     return registry
+
+
+def test_the_documented_ipv6_form_binds(tmp_path: Path) -> None:
+    """``[::1]:port`` is how the README writes an IPv6 listen address; it failed at bind (an IPv4 socket)."""
+    view = view_of(finished_engine(tmp_path, rows=1, writes=0), ProbeFacts())
+    server = MonitoringServer("[::1]:0", view).start()
+    try:
+        assert server.address.startswith("[::1]:")
+        assert scrape(server, "/metrics")[0] == 200
+    finally:
+        server.stop()
+
+
+def test_requests_that_fail_are_logged_once_with_a_count_never_a_traceback_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """300 clients that hang up mid-request (a reset): the standard library printed a traceback for each
+    into the run's log. Now one WARNING line a kind, and the count when the server stops."""
+    view = view_of(finished_engine(tmp_path, rows=1, writes=0), ProbeFacts())
+    server = MonitoringServer("127.0.0.1:0", view).start()
+    host, port = server.address.rsplit(":", 1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gtidsnap.observe"):
+            for _ in range(300):
+                client = socket.create_connection((host, int(port)))
+                client.sendall(b"GET /metr")  # half a request line, then a reset
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+            deadline = time.monotonic() + 10
+            while not caplog.records and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert scrape(server, "/healthz")[0] in (200, 503), "it still serves"
+    finally:
+        with caplog.at_level(logging.WARNING, logger="gtidsnap.observe"):
+            server.stop()
+    lines = [r.getMessage() for r in caplog.records]
+    assert "Traceback" not in capfd.readouterr().err
+    assert 1 <= len(lines) <= 3, lines
+    assert lines[0].startswith("monitoring endpoint: a request failed: ConnectionResetError"), lines
+    assert any("more like it in the last" in line for line in lines[1:]), lines

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from gtidsnap.core.errors import ConfigError
-from gtidsnap.engine.run_lock import RunLock
+from gtidsnap.run.run_lock import RunLock
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from gtidsnap.engine.run_lock import RunLock
+from gtidsnap.run.run_lock import RunLock
 with RunLock([Path(sys.argv[1])]):
     print("held", flush=True)
     time.sleep(600)
@@ -91,3 +91,15 @@ def test_a_holder_that_has_not_written_its_name_yet_is_still_named(tmp_path: Pat
         finally:
             late.join()
     assert "(pid 4242 on elsewhere since 2026-12-02T00:00:00+00:00;" in str(refused.value)
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    """The issue: ``ln -sf victim.txt cp.json.lock`` made a run overwrite victim.txt with its holder."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "cp.json.lock").symlink_to("victim.txt")
+    with pytest.raises(ConfigError) as refused:
+        RunLock([tmp_path / "cp.json"]).acquire()
+    said = str(refused.value)
+    assert f"the lock file {tmp_path / 'cp.json.lock'} is a symbolic link (to victim.txt)" in said, said
+    assert "remove the link" in said and victim.read_text() == "precious\n"

@@ -6,6 +6,8 @@ output) is held for the whole run; the file says who holds it (host, pid, since 
 is refused naming the first. The operating system drops the lock when its holder dies, however it
 dies (kill -9 included), so a restart after a crash takes over at once: no lease to wait out. The
 lock covers runs on one host and local filesystems, where ``flock`` holds (not NFS, not object stores).
+A symbolic link where a lock file goes is refused, never followed (:mod:`gtidsnap.engine.safe_files`): a
+link planted there made a run write its holder's line into the file it pointed at.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from gtidsnap.core.errors import ConfigError
+from gtidsnap.engine.safe_files import open_no_follow
 
 SUFFIX = ".lock"
 
@@ -69,7 +72,8 @@ def holder() -> dict[str, object]:
 def _lock(path: Path) -> IO[str]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        file = path.open("a+", encoding="utf-8")  # never truncated before the lock is ours
+        fd = open_no_follow(path, os.O_RDWR | os.O_CREAT, "lock file")  # never truncated before it is ours
+        file = os.fdopen(fd, "r+", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot create the lock file {path}: {exc.strerror or exc}") from None
     try:

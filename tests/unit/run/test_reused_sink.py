@@ -9,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from gtidsnap.core.ports import CheckpointedSink, DrainingSink, RenderingSink, SealingSink, SeqReportingSink
-from gtidsnap.engine.reused_sink import ReusedSink
+from gtidsnap.core.ports import (
+    CheckpointedSink,
+    CutCheckingSink,
+    DrainingSink,
+    RenderingSink,
+    SealingSink,
+    SeqReportingSink,
+)
+from gtidsnap.run.reused_sink import ReusedSink
 from gtidsnap.sinks.jsonl import JsonlSink
 
 
@@ -76,3 +83,29 @@ def test_the_engine_sees_what_the_wrapped_sink_can_do(tmp_path: Path) -> None:
         assert isinstance(wrapped, protocol) == isinstance(plain, protocol), protocol
     assert isinstance(wrapped, SeqReportingSink)
     assert not isinstance(ReusedSink(Recording()), SeqReportingSink)  # type: ignore[arg-type]
+
+
+class Checking(Recording):
+    """A sink that checks its output against the checkpoint before the cut: ``bad`` positions mismatch."""
+
+    def __init__(self, bad: Any = None) -> None:
+        super().__init__()
+        self.bad = bad
+
+    def open_checked(self, committed: Any, next_seq: int) -> str | None:
+        self.calls.append(("open_checked", (committed, next_seq)))
+        return "it differs" if committed == self.bad else None
+
+
+def test_an_opening_ahead_is_checked_against_the_checkpoint_and_its_verdict_kept() -> None:
+    inner = Checking(bad=10)
+    sink = ReusedSink(inner)  # type: ignore[arg-type]
+    assert isinstance(sink, CutCheckingSink)
+    sink.preopen(10, 5)
+    assert sink.open_checked(10, 5) == "it differs", "said again, not opened again: nothing was touched"
+    assert inner.calls == [("open_checked", (10, 5))]
+    sink.preopen(12, 7)
+    assert sink.open_checked(12, 8) is None, "another next_seq: closed and checked again"
+    assert inner.calls[1:] == [("open_checked", (12, 7)), ("close", None), ("open_checked", (12, 8))]
+    plain = ReusedSink(Recording())  # type: ignore[arg-type]
+    assert plain.open_checked(3, 4) is None and plain.sink.calls == [("open", 3)]  # type: ignore[attr-defined]
