@@ -316,6 +316,24 @@ class ArrowRenderer:
         names, arrays = column_arrays(schema, values)
         return keys, ArrowRows(pa.RecordBatch.from_arrays(arrays, names=names))
 
+    def from_columns(self, table: pa.Table, schema: TableSchema) -> tuple[tuple[Key, ...], ArrowRows]:
+        """A chunk read as Arrow by the compiled client (:mod:`gtidsnap.source.arrow_chunks`, which reads
+        only types it reads exactly, and integer keys): each column cast to its Delta type in one call
+        (a cast that would lose a digit raises), the keys from the key columns, as from the values."""
+        names = [c.name for c in schema.columns]
+        try:
+            arrays = [
+                table.column(i).cast(arrow_type_of(c)).combine_chunks() for i, c in enumerate(schema.columns)
+            ]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SinkError(f"a chunk of {schema.table} does not fit its Delta columns: {exc}") from exc
+        at = [names.index(k) for k in schema.key]
+        # integers as read (an unsigned BIGINT's Delta column is a DECIMAL; its key is the int)
+        keys = tuple(zip(*(table.column(i).to_pylist() for i in at), strict=True))
+        if not keys and table.num_rows:  # a key of no columns cannot be: never a silent empty chunk
+            raise SinkError(f"a chunk of {schema.table} has rows and no key")
+        return keys, ArrowRows(pa.RecordBatch.from_arrays(arrays, names=names))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ArrowRenderer)
 
@@ -377,13 +395,20 @@ class StagedRenderer:
     def __call__(
         self, rows: Sequence[tuple[Key, Row]], schema: TableSchema
     ) -> tuple[tuple[Key, ...], StagedRows]:
+        keys, rendered = ArrowRenderer()(rows, schema)
+        return keys, self._staged(rendered.batch)
+
+    def from_columns(self, table: pa.Table, schema: TableSchema) -> tuple[tuple[Key, ...], StagedRows]:
+        """A chunk read as Arrow by the compiled client (:meth:`ArrowRenderer.from_columns`), staged."""
+        keys, rendered = ArrowRenderer().from_columns(table, schema)
+        return keys, self._staged(rendered.batch)
+
+    def _staged(self, batch: pa.RecordBatch) -> StagedRows:
         import uuid
 
         import pyarrow.fs as pafs
         import pyarrow.parquet as pq
 
-        keys, rendered = ArrowRenderer()(rows, schema)
-        batch = rendered.batch
         table = pa.Table.from_batches([batch]).append_column(
             POSITION, pa.array(range(batch.num_rows), pa.int64())
         )
@@ -397,4 +422,4 @@ class StagedRenderer:
         with filesystem.open_output_stream(path) as stream:
             # read back once: no dictionaries or statistics (a third of pyarrow's writing time)
             pq.write_table(table, stream, compression="snappy", use_dictionary=False, write_statistics=False)
-        return keys, StagedRows(uri, batch.num_rows)
+        return StagedRows(uri, batch.num_rows)

@@ -14,7 +14,10 @@ output the reader also renders the rows in the output's form (``ChunkJob.render`
 ``chunk_renderer``): each row's JSON for JSON lines (:func:`gtidsnap.core.records.snapshot_line_body`,
 which the engine only splices into the row's line), the chunk's Arrow columns for Delta
 (:mod:`gtidsnap.sinks.arrow_columns`), so the engine's thread, the snapshot's limit once chunks are
-read elsewhere, does no work a row; bytes and columns also cost less to send than values.
+read elsewhere, does no work a row; bytes and columns also cost less to send than values. Where the
+output takes columns (:class:`gtidsnap.core.ports.ColumnsRenderer`: Delta) and the table's types allow,
+the SELECT is read into Arrow by a compiled client (:mod:`gtidsnap.source.arrow_chunks`) and no row is
+ever a Python object; the visibility wait before it and ``hw`` after it stay on the reader's session.
 
 The pool is the standard library's ``ProcessPoolExecutor`` with the ``spawn`` start method (the
 engine's process has threads, a Kafka client and perhaps a JVM: forking it is unsafe). A reader's
@@ -49,10 +52,12 @@ from gtidsnap.core.errors import (
     PrerequisiteError,
     QueryError,
     SchemaError,
+    SinkError,
     SourceError,
 )
 from gtidsnap.core.gtid import parse_gtid_set
-from gtidsnap.core.ports import ChunkJob, ChunkRead, ReplicaPort
+from gtidsnap.core.model import Key, ReadRows
+from gtidsnap.core.ports import ChunkJob, ChunkRead, ColumnsRenderer, ReplicaPort
 from gtidsnap.core.records import split_chunk_rows
 from gtidsnap.process_memory import lean_process
 from gtidsnap.source.connection import ConnectionSettings
@@ -79,15 +84,35 @@ def read_chunk(replica: ReplicaPort, job: ChunkJob, watermark: LowWatermark | No
     try:
         if job.lw:
             watermark.ensure_visible(parse_gtid_set(str(replica.flavor), job.lw))
-        chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
-        executed, visible = replica.executed_and_visible()
+        read = _compiled_read(replica, job)
+        if read is None:
+            chunk = replica.select_chunk(job.schema, job.after, job.upto, None, job.condition)
+        executed, visible = replica.executed_and_visible()  # after the SELECT, whichever client ran it
         watermark.saw(visible)
-        keys, rows = job.render(chunk.rows, job.schema) if job.render else split_chunk_rows(chunk.rows)
+        if read is None:
+            keys, rows = job.render(chunk.rows, job.schema) if job.render else split_chunk_rows(chunk.rows)
+        else:
+            keys, rows = read
     except GtidsnapError as exc:
         return ChunkRead(job.window, reader=os.getpid(), error_type=type(exc).__name__, error=str(exc))
     warning = watermark.gave_up if watermark.gave_up != gave_up else None
     seconds = time.perf_counter() - started
     return ChunkRead(job.window, keys, rows, str(executed), os.getpid(), seconds, warning=warning or "")
+
+
+def _compiled_read(replica: ReplicaPort, job: ChunkJob) -> tuple[tuple[Key, ...], ReadRows] | None:
+    """The chunk read into Arrow by the compiled client and rendered from its columns, where the output
+    takes columns and the client serves the table; None: the Python path reads it."""
+    if not isinstance(job.render, ColumnsRenderer):
+        return None
+    columns = replica.select_chunk_columns(job.schema, job.after, job.upto, job.condition)
+    if columns is None:
+        return None
+    try:
+        return job.render.from_columns(columns, job.schema)
+    except SinkError as exc:  # a value that does not fit its column: the Python path names it, or reads it
+        log.warning("%s; the chunk is read by the Python path", exc)
+        return None
 
 
 _ERRORS: dict[str, Callable[[str], GtidsnapError]] = {

@@ -4,31 +4,36 @@ The algorithm: DBLog's watermarks in the read-only GTID form, which needs no sig
 write to the source. Any number of chunks are read while the stream goes on, each by its own reader
 with its own watermarks:
 
-1. The engine reads ``lw``, the replica's executed set, once every transaction the stream has
-   processed is visible to a new read (:mod:`gtidsnap.source.low_watermark`), and opens a window
-   (:meth:`ChunkWindows.open`) before the stream processes anything more: so every transaction the
-   stream has processed is in ``lw`` (checked) and in the chunk, and every one it processes from now
-   on is seen here.
-2. From then on, every row change on the window's table records the keys it touches (old and new,
-   for a key update), in ``lw`` or not: ``lw`` may name a transaction the read does not see yet
-   (MariaDB's ``gtid_binlog_pos`` grows before the engine commit). Nothing waits: the change goes
-   out as usual.
-3. A reader SELECTs the chunk, then reads the executed set again: ``hw`` is what it added to ``lw``.
-   The rows and ``hw`` reach the window later, in any order with the other windows
-   (:meth:`ChunkWindows.rows_read`).
+1. The engine opens a window (:meth:`ChunkWindows.open`) between two transactions, at the stream's
+   own position: ``lw`` is the set the stream has processed (:attr:`ChunkWindows.processed`, the
+   checkpoint's set at the start, minus other replicas' errant transactions the run excuses, plus
+   every commit fed since), read from no server. So every transaction the stream has processed is in
+   ``lw`` (checked), and every one it processes from now on is seen here. The engine hands the range
+   to a reader (:mod:`gtidsnap.snapshot.planner`) and streams on.
+2. From then on, every row change of the window's table that the stream delivers records the keys it
+   touches (old and new, for a key update). Nothing waits: the change goes out as usual.
+3. The reader waits until its connection sees all of ``lw``: a server hands a transaction to binlog
+   readers before a new read sees it, so it polls the replica's visible set until it covers ``lw``
+   (:meth:`gtidsnap.source.low_watermark.LowWatermark.ensure_visible`; the visible set read with its
+   previous chunk usually does, with no round trip). Then it SELECTs the range by keyset and reads the
+   executed set: ``hw`` is what that adds to ``lw`` (the engine subtracts). It covers every transaction
+   the SELECT saw, and may name some it did not (MariaDB's ``gtid_binlog_pos`` grows before the engine
+   commit): their changes are recorded in 2 all the same. The rows and ``hw`` reach the window later,
+   in any order with the other windows (:meth:`ChunkWindows.rows_read`). A source whose visible set
+   never covers the stream (a MariaDB that is not a replica) is waited for 5 s once, then read without
+   waiting, with a warning: the SELECT may then miss a transaction of ``lw``.
 4. The window closes once its rows are known and the stream has passed ``hw``: it processed all of
-   ``lw`` and ``hw``, or it met a transaction in neither (committed after ``hw`` was read, so every
-   ``hw`` member that will ever reach the binlog came before it), or a heartbeat after the stream saw,
-   past ``lw``, a transaction at or beyond ``hw``'s highest number for every source. The chunk goes
-   out right there, without every key recorded since ``lw``.
+   ``lw`` and ``hw`` (an empty ``hw``: at once), or it met a transaction in neither (committed after
+   ``hw`` was read, so every ``hw`` member that will ever reach the binlog came before it), or a
+   heartbeat after the stream saw, past ``lw``, a transaction at or beyond ``hw``'s highest number for
+   every source. The chunk goes out right there, without every key recorded since ``lw``.
 
 Why removing every key changed since ``lw`` (more than the single-window rule removes) is safe: each
 such change was already emitted with the row's full image (or its delete), so the chunk's copy adds
 nothing; and a surviving row was changed by no transaction from the window's opening to the point it
-goes out, while the SELECT saw every transaction emitted before the opening: it is the row as of
-that point. Nothing rewinds,
-nothing is lost (a row never changed since ``lw`` is in the chunk; one changed since is in the
-stream), and each change goes out once, whatever the number of windows.
+goes out, while the SELECT saw every transaction emitted before the opening (3): it is the row as of
+that point. Nothing rewinds, nothing is lost (a row never changed since ``lw`` is in the chunk; one
+changed since is in the stream), and each change goes out once, whatever the number of windows.
 
 Windows go out in the order they were opened: one that is ready (its rows known, the stream past its
 ``hw``) waits for every earlier window, and keeps recording the keys changed meanwhile (removing more
@@ -185,7 +190,7 @@ class ChunkWindows:
         if isinstance(event, RowChange | RowChanges):  # most events: only its table's windows record keys
             for window in self._windows.values():  # waiting ones too: they go out after this event
                 if window.table == event.table:
-                    window.changed.update(event.touched_keys())  # in lw too: the read may not have seen it
+                    window.changed.update(event.touched_keys())  # every change past the opening
             # Its transaction's TxBegin was checked for "past hw" already; a window whose rows came
             # since is checked at the transaction's commit (going out later removes more: safe).
             return (event,)

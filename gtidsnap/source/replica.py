@@ -36,6 +36,8 @@ from gtidsnap.core.errors import PrerequisiteError, QueryError, SchemaError, Sou
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
 from gtidsnap.core.model import Flavor, TableId
 from gtidsnap.core.schema import TableSchema
+from gtidsnap.source.arrow_chunks import CompiledChunks
+from gtidsnap.source.binlog.library import library_gate
 from gtidsnap.source.catalog import Catalog, as_text
 from gtidsnap.source.chunk_sql import (
     chunk_ends_query,
@@ -87,6 +89,7 @@ class Replica:
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._lock = threading.RLock()
         self._row_parsers: dict[tuple[Any, ...], ParseRow] = {}
+        self._compiled = CompiledChunks(settings)
         self._conn = self._connect()
 
     def twin(self) -> Replica:
@@ -301,6 +304,22 @@ class Replica:
         sql, params = chunk_query(schema, after, upto, limit, condition)
         return self._rows(schema, sql, params, f"selecting a chunk of {schema.table}")
 
+    def select_chunk_columns(
+        self,
+        schema: TableSchema,
+        after: Sequence[Any] | None,
+        upto: Sequence[Any],
+        condition: str | None = None,
+    ) -> Any | None:
+        """The rows with ``after < key <= upto`` as a ``pyarrow.Table`` read by the compiled client
+        (:mod:`gtidsnap.source.arrow_chunks`); None where it does not serve: :meth:`select_chunk` then."""
+        if not self._compiled.serves(schema):
+            return None
+        sql, params = chunk_query(schema, after, upto, None, condition)
+        with self._lock, self._cursor() as cur:  # escaped as this session would (no round trip)
+            text = cur.mogrify(sql, list(params))
+        return self._compiled.read(schema, text)
+
     def range_hash(
         self, schema: TableSchema, after: Sequence[Any] | None, upto: Sequence[Any]
     ) -> tuple[int, int]:
@@ -321,7 +340,8 @@ class Replica:
     def _read_chunk(self, cur: pymysql.cursors.Cursor, schema: TableSchema) -> ChunkResult:
         """The rows of an unbuffered SELECT, read off the socket by
         :func:`gtidsnap.source.result_rows.read_result_rows` with the parser of the result's shape; by PyMySQL
-        if its objects are not what that expects."""
+        on a version the gate does not allow that on (:mod:`gtidsnap.source.binlog.library`), or if its
+        objects are not what that expects."""
         names = [d[0] for d in cur.description or ()]
         result = getattr(cur, "_result", None)
         fields = getattr(result, "converters", None)
@@ -330,6 +350,7 @@ class Replica:
             result is None
             or fields is None
             or not getattr(result, "unbuffered_active", False)
+            or not library_gate().on("chunk_rows")
             or not hasattr(conn, "_rfile")
             or not hasattr(conn, "_next_seq_id")
         ):

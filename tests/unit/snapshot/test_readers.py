@@ -386,3 +386,52 @@ def test_hung_after_defaults_to_twice_the_longest_read_and_a_margin() -> None:
     settings = ConnectionSettings("127.0.0.1", 1, "gtidsnap", Secret("pw"), statement_timeout=5)
     assert ProcessChunkReaders(settings, readers=1).hung_after_s == 2 * (5 + 30) + 10
     assert ProcessChunkReaders(settings, readers=1, hung_after_s=1.0).hung_after_s == 1.0
+
+
+# ----------------------------------------------------------------------------- the compiled read
+
+
+class ColumnsReplica(fakes.FakeReplica):
+    """A replica whose compiled client serves every chunk (as an Arrow table of the chunk's keys)."""
+
+    def select_chunk_columns(
+        self, schema: TableSchema, after: Any, upto: Any, condition: str | None = None
+    ) -> Any:
+        import pyarrow as pa
+
+        self.calls.append(("columns", after, upto, condition))
+        keys = self._keys(after, upto)
+        return pa.table(
+            {"id": pa.array(keys, pa.int32()), "at": pa.array([None] * len(keys), pa.timestamp("us"))}
+        )
+
+
+def columns_replica(keys: Sequence[int] = (1, 2, 3, 4)) -> ColumnsReplica:
+    world = fakes.World(keys=keys, start=12, schema=SCHEMA, row=lambda k: {"id": k, "at": None})
+    return ColumnsReplica(world, None, (EXECUTED,))
+
+
+def test_a_columns_renderer_gets_the_compiled_read_and_the_executed_set_after_it() -> None:
+    from gtidsnap.sinks.arrow_columns import ArrowRenderer
+
+    replica = columns_replica()
+    read = read_chunk(replica, ChunkJob(7, SCHEMA, (1,), (3,), "id > 0", ArrowRenderer()))
+    assert not read.failed and read.keys == ((2,), (3,))
+    assert read.rows.batch.column("id").to_pylist() == [2, 3]  # type: ignore[union-attr]
+    assert replica.calls == [("columns", (1,), (3,), "id > 0"), ("executed",)]
+
+
+def test_compiled_reads_off_or_a_value_that_does_not_fit_read_by_the_python_path() -> None:
+    from gtidsnap.core.ports import RowsOnly
+    from gtidsnap.sinks.arrow_columns import ArrowRenderer
+
+    replica = columns_replica()
+    read = read_chunk(replica, ChunkJob(7, SCHEMA, (1,), (3,), None, RowsOnly(ArrowRenderer())))
+    assert not read.failed and read.keys == ((2,), (3,))
+    assert [c[0] for c in replica.calls] == ["select", "executed"]
+
+    narrow = TableSchema(T, (Column("id", "tinyint", "tinyint", False), SCHEMA.columns[1]), ("id",))
+    replica = columns_replica((1, 300))  # 300 does not fit a TINYINT's Delta column
+    read = read_chunk(replica, ChunkJob(8, narrow, None, (300,), None, ArrowRenderer()))
+    assert [c[0] for c in replica.calls] == ["columns", "select", "executed"]
+    assert read.failed and "300" in read.error  # the Python path names the value
