@@ -24,18 +24,21 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
+from gtidsnap.cli.check_command import check
+from gtidsnap.cli.checkpoint_commands import checkpoint_app
+from gtidsnap.cli.failures import config_of, fail, table_args
+from gtidsnap.cli.options import CheckpointOpt, ConfigOpt, HostOpt, PortOpt, UserOpt
 from gtidsnap.cli.output import EscapedLog, err, error_line, out, printable, say
 from gtidsnap.cli.snapshot_commands import snapshot_app
 from gtidsnap.cli.verify_command import verify
-from gtidsnap.config.loading import Config, load_config, parse_table_name
 from gtidsnap.core.checkpoint import Checkpoint
-from gtidsnap.core.errors import GtidsnapError, PrerequisiteError
+from gtidsnap.core.errors import GtidsnapError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext, TableProgress
 from gtidsnap.core.run_stats import RunStats, decoders_line, throughput_line
 
 if TYPE_CHECKING:
-    from gtidsnap.source.replica import Replica
+    pass
 
 app = typer.Typer(
     name="gtidsnap",
@@ -49,39 +52,12 @@ app.add_typer(
     name="snapshot",
     help="Start, stop, pause or resume snapshots of a running gtidsnap through its Kafka signal topic.",
 )
+app.add_typer(checkpoint_app, name="checkpoint", help="Show the checkpoint, or edit it deliberately.")
+app.command()(check)
 app.command()(verify)
 log = logging.getLogger("gtidsnap")
 
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="TOML config file; GTIDSNAP_* variables and flags override it."),
-]
-HostOpt = Annotated[str | None, typer.Option("--host", help="Replica host (source.host).")]
-PortOpt = Annotated[int | None, typer.Option("--port", help="Replica port (source.port).")]
-UserOpt = Annotated[str | None, typer.Option("--user", help="Replica user (source.user).")]
-CheckpointOpt = Annotated[
-    Path | None, typer.Option("--checkpoint", help="Checkpoint file (checkpoint.path).")
-]
-
-
-def _config(config: Path | None, **flags: Any) -> Config:
-    try:
-        return load_config(config, overrides=flags)
-    except GtidsnapError as exc:
-        raise _fail(exc) from exc
-
-
-RETRY_HINT = "this may pass: the same command again is safe (gtidsnap run resumes from its checkpoint)"
 SNAPSHOT_FAILED = 3  # exit status of a run that ended with a snapshot it was asked for failed
-
-
-def _fail(exc: BaseException | str, code: int = 1) -> typer.Exit:
-    """Print the error and return the exit to raise (raised here too, so callers may ignore it). An
-    error whose type says a retry may help (``retryable``: a server or the output unreachable) says so."""
-    error_line(str(exc), lines=isinstance(exc, PrerequisiteError))  # its problems a line each
-    if isinstance(exc, GtidsnapError) and exc.retryable:
-        say(err, RETRY_HINT)
-    raise typer.Exit(code)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -97,55 +73,6 @@ def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=level, format=fmt, handlers=[handler], force=True)
     for noisy in ("pymysqlreplication", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def _tables(names: list[str], option: str) -> list[TableId]:
-    try:
-        return [parse_table_name(n, option) for n in names]
-    except GtidsnapError as exc:
-        raise _fail(exc, 2) from None
-
-
-@app.command()
-def check(
-    config: ConfigOpt = None,
-    host: HostOpt = None,
-    port: PortOpt = None,
-    user: UserOpt = None,
-    table: Annotated[
-        list[str] | None, typer.Option("--table", "-t", help="Also check this db.table.")
-    ] = None,
-) -> None:
-    """Check that the replica is ready for read-only capture; list every problem with its fix."""
-    from gtidsnap.source.replica import Replica
-
-    cfg = _config(config, **{"source.host": host, "source.port": port, "source.user": user})
-    tables = list(dict.fromkeys([*cfg.tables, *_tables(table or [], "--table")]))
-    try:
-        with Replica(cfg.source) as replica:
-            problems = replica.preflight(tables, dict(cfg.surrogate_keys))
-            where = f"{replica.flavor} {'.'.join(map(str, replica.version))} at {cfg.source.describe()}"
-            retention, low = _retention(cfg, replica) if not problems else ("", False)
-    except GtidsnapError as exc:
-        _fail(exc)
-    if problems:
-        error_line(f"{len(problems)} problem(s) on {where}:")
-        for p in problems:
-            say(err, f"  - {printable(str(p))}")
-        raise typer.Exit(1)
-    say(out, ("ok", "green"), f": {where} is ready for gtidsnap ({len(tables)} table(s) checked)")
-    say(out, (f"binlog retention: {retention}", "yellow" if low else ""))
-
-
-def _retention(cfg: Config, replica: Replica) -> tuple[str, bool]:
-    """The binlog retention headroom of the checkpoint (or, before a first run, of where one would
-    start), as ``check`` reports it."""
-    from gtidsnap.runner import read_checkpoint
-    from gtidsnap.source.binlog.retention import replica_headroom
-
-    checkpoint = read_checkpoint(cfg) if cfg.checkpoint_path.exists() else None
-    processed = checkpoint.processed if checkpoint is not None else replica.applied()
-    return replica_headroom(replica, processed).line(cfg.retention_warn_s)
 
 
 WAITING_SHOWN_S = 1.0  # a window open longer than this shows as waiting for the stream
@@ -258,10 +185,10 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Stream the replica's binlog, snapshotting the tables asked for, with exact resume after a crash."""
-    from gtidsnap.runner import run_engine
+    from gtidsnap.run import run_engine
 
     _setup_logging(verbose)
-    cfg = _config(
+    cfg = config_of(
         config,
         **{
             "source.host": host,
@@ -277,7 +204,7 @@ def run(
             "metrics.listen": metrics_listen,
         },
     )
-    tables = _tables(snapshot or [], "--snapshot")
+    tables = table_args(snapshot or [], "--snapshot")
     display = _Display()
     # Spark's own banners and warnings go to a file beside the checkpoint (on screen with --verbose)
     spark_log = None if verbose else cfg.checkpoint_path.parent / "spark.log"
@@ -288,7 +215,7 @@ def run(
         else:
             stats = run_engine(cfg, None, tables, until_caught_up, display, spark_log)
     except GtidsnapError as exc:
-        _fail(exc)
+        fail(exc)
     except KeyboardInterrupt:
         say(err, "interrupted: resume with the same command (the checkpoint is kept)")
         raise typer.Exit(130) from None
@@ -322,13 +249,13 @@ def status(
     ] = False,
 ) -> None:
     """Show progress from the checkpoint (no connection to the replica needed)."""
-    from gtidsnap.runner import read_checkpoint
+    from gtidsnap.run import read_checkpoint
 
-    cfg = _config(config, **{"checkpoint.path": str(checkpoint) if checkpoint else None})
+    cfg = config_of(config, **{"checkpoint.path": str(checkpoint) if checkpoint else None})
     try:
         cp = read_checkpoint(cfg)
     except GtidsnapError as exc:
-        _fail(exc)
+        fail(exc)
     if as_json:
         typer.echo(json.dumps(status_json(cfg.checkpoint_path, cp), indent=2))
         return

@@ -9,6 +9,7 @@ broker is unreachable or refused it), 2 usage error (the message would be refuse
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -45,12 +46,14 @@ TopicOpt = Annotated[str | None, typer.Option("--topic", help="Signal topic (sig
 ConnectorOpt = Annotated[
     str | None, typer.Option("--connector", help="Message key, the instance's name (signals.connector).")
 ]
+MAX_WAIT_S = 86_400.0  # --wait: a day at most (a snapshot's COMPLETED may take hours)
 WaitOpt = Annotated[
     float | None,
     typer.Option(
         "--wait",
-        help="Wait up to this many seconds for the signal's notifications (signals.notifications_topic) and "
-        "print each as a JSON line: until COMPLETED for start, the answer for the others.",
+        help="Wait up to this many seconds (more than 0, at most a day) for the signal's notifications "
+        "(signals.notifications_topic) and print each as a JSON line: until COMPLETED for start, the answer "
+        "for the others.",
     ),
 ]
 
@@ -67,6 +70,10 @@ def _send(
     connector: str | None,
     wait_s: float | None = None,
 ) -> None:
+    if wait_s is not None and not (math.isfinite(wait_s) and 0 < wait_s <= MAX_WAIT_S):
+        _fail(
+            f"--wait {wait_s!r} must be more than 0 and at most {MAX_WAIT_S:.0f} seconds; nothing was sent", 2
+        )
     parsed: dict[str, str] = {}
     for item in filters:
         table, eq, condition = item.partition("=")

@@ -79,6 +79,7 @@ from gtidsnap.config.settings import (
     SourceSection,
 )
 from gtidsnap.config.sources import Layer, Origin, Origins, env_layer, file_layer, flag_layer, problem_line
+from gtidsnap.config.spark_conf import spark_conf_problem
 from gtidsnap.config.values import parse_table_name, show_value, split_address, table_id_of
 from gtidsnap.core.errors import ConfigError
 from gtidsnap.core.model import TableId
@@ -104,12 +105,13 @@ __all__ = [  # the settings' models are defined in gtidsnap.config.settings; cod
 @dataclass(frozen=True)
 class SnapshotSettings:
     """The ``[snapshot]`` section in the engine's units (the delay in seconds); defaults from the model
-    (``readers``: one per CPU but one, see :func:`gtidsnap.config.settings.default_readers`)."""
+    (``readers``: one per CPU but one, see :func:`gtidsnap.config.cpus.default_readers`)."""
 
     chunk_size: int = DEFAULT_SETTINGS.snapshot.chunk_size
     chunk_delay_s: float = DEFAULT_SETTINGS.snapshot.chunk_delay_ms / 1000
     readers: int = DEFAULT_SETTINGS.snapshot.readers
     reader_pool: str = DEFAULT_SETTINGS.snapshot.reader_pool
+    compiled_reads: bool = DEFAULT_SETTINGS.snapshot.compiled_reads
     # Not a [snapshot] key (for tests and programs that build a Config): seconds a chunk read may stay
     # with a reader process before it counts as stopped or hung and the readers are started again
     # (:class:`gtidsnap.snapshot.readers.ProcessChunkReaders`, at least ``MIN_HUNG_AFTER_S``); None: twice
@@ -128,6 +130,9 @@ class Config:
     heartbeat_s: float = DEFAULT_SETTINGS.binlog.heartbeat_s
     server_id: int = DEFAULT_SETTINGS.binlog.server_id
     decoders: int = DEFAULT_SETTINGS.binlog.decoders  # binlog row decoder processes
+    # Not a [binlog] key (for tests and programs that build a Config): seconds a decoder process may hold
+    # a batch before it counts as stopped or hung and is replaced (None: the default, 20 s; from 1 s).
+    decoder_hung_after_s: float | None = None
     sink: SinkSettings = DEFAULT_SETTINGS.sink
     checkpoint_path: Path = Path(DEFAULT_SETTINGS.checkpoint.path)
     checkpoint_interval_s: float = DEFAULT_SETTINGS.checkpoint.interval_s
@@ -190,6 +195,8 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
         raise ConfigError(
             f"source.{given} is set but source.{missing} is not: a client certificate needs both"
         )
+    if src.cert and src.key:
+        _client_certificate(src.cert, src.key)
     source = ConnectionSettings(
         host=src.host,
         port=src.port,
@@ -204,6 +211,12 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
     )
     replicas = _replicas(source, src, origins)
     sink = settings.sink
+    _sink_keys(settings, origins)
+    topic = origins.get(("signals", "notifications_topic"), Origin("default"))
+    told = topic.assigned("signals.notifications_topic", settings.signals.notifications_topic)
+    problem = notifications_problem(settings.signals, told)
+    if problem is not None:
+        raise ConfigError(problem)
     if sink.type == "delta" and sink.mirror == "job":
         for name, value in (
             ("changelog", sink.changelog),
@@ -218,6 +231,12 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
                     f"{said}false but sink.mirror = job: the mirror job "
                     "builds the mirrors from the changelogs, which must then hold every record"
                 )
+    if sink.metastore_uris and sink.metastore != "external":
+        origin = origins.get(("sink", "metastore"), Origin("default"))
+        said = origin.assigned("sink.metastore", sink.metastore)
+        raise ConfigError(
+            f'sink.metastore_uris names a metastore server but {said}: set sink.metastore = "external"'
+        )
     if sink.type == "delta" and sink.history and not sink.changelog:
         said = origins.get(("sink", "changelog"), Origin("default")).where("sink.changelog")
         raise ConfigError(f"sink.history is on but {said} is false: the history is kept from the changelog")
@@ -243,6 +262,7 @@ def _build(settings: Settings, origins: Origins, env: Mapping[str, str]) -> Conf
             chunk_delay_s=settings.snapshot.chunk_delay_ms / 1000,
             readers=settings.snapshot.readers,
             reader_pool=settings.snapshot.reader_pool,
+            compiled_reads=settings.snapshot.compiled_reads,
         ),
         heartbeat_s=settings.binlog.heartbeat_s,
         server_id=settings.binlog.server_id,
@@ -270,8 +290,67 @@ def _replicas(
                 f"{origin.where('source.' + key)} and {hosts} are both set: give the replicas as "
                 "source.hosts alone (HOST:PORT each, the first preferred), or one replica as host and port"
             )
-    addresses = [split_address(h) for h in dict.fromkeys(src.hosts)]
+    addresses = [split_address(h) for h in src.hosts]  # each one once (refused by the settings otherwise)
     return tuple(replace(source, host=host, port=port) for host, port in addresses)
+
+
+def _client_certificate(cert: str, key: str) -> None:
+    """The client certificate and its key, loaded as the first connect would load them."""
+    import ssl
+
+    try:
+        ssl.create_default_context().load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(
+            f"source.cert {show_value(cert)} and source.key {show_value(key)} are not a certificate and its "
+            f"private key ({reason}): give the client certificate's PEM file and its unencrypted key"
+        ) from None
+
+
+# Settings of a Delta output (their descriptions start with "delta:"): a JSON-lines output has no use for
+# them, so one set for it is a mistake (a config meant for another output, a wrong sink.type) to say.
+DELTA_SETTINGS = tuple(
+    name for name, info in SinkSettings.model_fields.items() if (info.description or "").startswith("delta:")
+)
+SPARK_SETTINGS = ("spark_master", "spark_conf")  # a Delta output's Spark, or the Spark chunk readers'
+
+
+def _sink_keys(settings: Settings, origins: Origins) -> None:
+    """Refuse a setting the configured output does not use, and ``sink.spark_conf`` keys that would
+    break gtidsnap's own Spark session (:mod:`gtidsnap.config.spark_conf`)."""
+    sink = settings.sink
+    if sink.type != "delta":
+        spark_readers = settings.snapshot.reader_pool == "spark"
+        for name in (*DELTA_SETTINGS, "owner_lease_s", *SPARK_SETTINGS):
+            origin = origins.get(("sink", name))
+            if origin is None or (spark_readers and name in SPARK_SETTINGS):
+                continue
+            value = getattr(sink, name)
+            raise ConfigError(
+                f"{origin.assigned('sink.' + name, value)} is a setting of a Delta output, but sink.type = "
+                f'{sink.type}: remove it, or set sink.type = "delta"'
+            )
+    where = origins.get(("sink", "spark_conf"), Origin("default")).where("sink.spark_conf")
+    problem = spark_conf_problem(sink.spark_conf, sink.metastore, where)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def notifications_problem(signals: SignalSettings, said: str | None = None) -> str | None:
+    """Why ``signals.notifications_topic`` cannot be used (None: it can, or is not set): notifications
+    need the brokers, and a topic of their own (on the signal topic every answer would be read as a
+    signal, refused and answered again, without end). ``said``: where it was set, and its value."""
+    topic = signals.notifications_topic
+    said = said or f"signals.notifications_topic = {show_value(topic)}"
+    if topic and not signals.bootstrap:
+        return f"{said} needs signals.bootstrap (the Kafka brokers it is on)"
+    if topic and topic == signals.topic:
+        return (
+            f"{said} is the signal topic (signals.topic): gtidsnap would read its own answers as signals; "
+            "give the notifications a topic of their own"
+        )
+    return None
 
 
 def _password(src: SourceSection, env: Mapping[str, str], origins: Origins) -> Secret:

@@ -6,19 +6,24 @@ result the code uses is :class:`gtidsnap.config.loading.Config`."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from gtidsnap.config.cpus import MAX_DEFAULT_READERS, default_readers, usable_cpus
 from gtidsnap.config.values import (
+    catalog_name,
+    certificate_file,
     check_table_name,
     distinct_columns,
+    distinct_hosts,
     listen_address,
     lower,
-    readable_ca,
+    name_template,
+    readable_file,
     replica_address,
+    thrift_uris,
 )
 from gtidsnap.source.connection import ConnectionSettings
 
@@ -29,8 +34,6 @@ PASSWORD_ENV = "GTIDSNAP_SOURCE_PASSWORD"  # the one setting that lives outside 
 
 # Defaults a ConnectionSettings built in code gets too: read from it, so they are written once.
 _CONNECTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ConnectionSettings)}
-# PyMySQL refuses a connect_timeout above a year (ValueError at connect time).
-_PYMYSQL_MAX_CONNECT_TIMEOUT_S = 31_536_000
 MAX_READERS = 64  # most chunk reader processes (snapshot.readers)
 # Server time settings gtidsnap sets, in seconds: below a millisecond MySQL's max_execution_time (and the
 # binlog heartbeat period) round to 0, which means "no limit" ("no heartbeat"); above 2^32 ms they overflow.
@@ -38,24 +41,10 @@ MIN_SERVER_S = 0.001
 MAX_SERVER_S = 4_294_967
 MAX_CHUNK_DELAY_MS = 3_600_000  # an hour between chunks
 MAX_CHUNK_SIZE = 10_000_000  # most rows a chunk (snapshot.chunk_size): far below what SQL's LIMIT carries
-MAX_DEFAULT_READERS = 8  # the default never opens more reader connections than this on a replica
-
-
-def default_readers() -> int:
-    """Chunk reader processes by default: one per CPU this process may run on but one, which the
-    engine's thread and Spark's JVM share (0 on one CPU: chunks are read on the engine's thread), at
-    most ``MAX_DEFAULT_READERS``. Measured on 2 CPUs (a 1M-row snapshot into Delta, same hour): a
-    second reader made it ~14% faster and the snapshot's processes 77 MB larger (a reader is Python,
-    PyMySQL and pyarrow: ~77 MB whatever it reads), past the 300 MB they are held to."""
-    return min(MAX_DEFAULT_READERS, usable_cpus() - 1)
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+# Durations: every one has a floor (a loop that waits 1e-9 s spins) and a ceiling (a thread's wait past
+# ~49 days raises OverflowError; nothing of gtidsnap's needs to wait longer than these).
+HOUR_S, DAY_S = 3600, 86_400
+MIN_LEASE_S = 3.0  # sink.owner_lease_s: renewed every third of it, so at most once a second
 
 
 TableName = Annotated[str, AfterValidator(check_table_name)]
@@ -92,24 +81,27 @@ class SourceSection(_Section):
         description="disabled: plain TCP; preferred: TLS if offered, unverified; required: verified by ca; "
         "verify_identity: required, and the certificate must name the host",
     )
-    ca: Annotated[str, AfterValidator(readable_ca)] = Field(
+    ca: Annotated[str, AfterValidator(certificate_file)] = Field(
         default="",
         description="the CA certificate file that signed the server's certificate (needed by tls=required "
         "and verify_identity)",
     )
-    cert: Annotated[str, AfterValidator(readable_ca)] = Field(
+    cert: Annotated[str, AfterValidator(certificate_file)] = Field(
         default="", description="a client certificate file, for an account that REQUIRE X509 (with key)"
     )
-    key: Annotated[str, AfterValidator(readable_ca)] = Field(
+    key: Annotated[str, AfterValidator(readable_file)] = Field(
         default="", description="the client certificate's private key file (with cert)"
     )
     connect_timeout_s: float = Field(
         default=_CONNECTION_DEFAULTS["connect_timeout"],
-        gt=0,
-        le=_PYMYSQL_MAX_CONNECT_TIMEOUT_S,
-        description="seconds to wait for a connection to the replica",
+        ge=0.1,
+        le=HOUR_S,
+        description="seconds a connection to the replica may take, its handshake and first statements "
+        "included (a host that accepts and never answers costs this much, then the next of hosts is tried)",
     )
-    hosts: list[Annotated[str, AfterValidator(replica_address)]] = Field(
+    hosts: Annotated[
+        list[Annotated[str, AfterValidator(replica_address)]], AfterValidator(distinct_hosts)
+    ] = Field(
         default_factory=list,
         description="replicas of one primary as HOST:PORT, the first preferred; a run moves to the next "
         "that can serve its checkpoint when one is lost (empty: host and port)",
@@ -136,8 +128,8 @@ class SourceSection(_Section):
     )
     retention_check_s: float = Field(
         default=300.0,
-        gt=0,
-        le=86_400,
+        ge=1,
+        le=DAY_S,
         description="how often a run measures its binlog retention headroom (seconds)",
     )
     statement_timeout_s: float = Field(
@@ -192,6 +184,11 @@ class SnapshotSection(_Section):
         description="where chunks are read: processes (local reader processes) or spark (each chunk "
         "a Spark task on sink.spark_master's executors; make chunk_size large, e.g. 100000)",
     )
+    compiled_reads: bool = Field(
+        default=True,
+        description="read a Delta output's chunks into Arrow with a compiled client (connectorx) where "
+        "it reads every column exactly; false: always the Python driver",
+    )
 
 
 class BinlogSection(_Section):
@@ -228,13 +225,15 @@ class SinkSettings(_Section):
     )
     owner_lease_s: float = Field(
         default=30.0,
-        gt=0,
-        le=3600,
+        ge=MIN_LEASE_S,
+        le=HOUR_S,
         description="an output at a URI (s3a://...) is held by a lease renewed every third of this; a run "
         "that died is taken over once it runs out (a local output is locked by the OS instead)",
     )
     batch_rows: int = Field(default=100_000, ge=1, description="delta: most records per commit")
-    batch_ms: int = Field(default=1000, ge=0, description="delta: a batch commits after this many ms")
+    batch_ms: int = Field(
+        default=1000, ge=0, le=HOUR_S * 1000, description="delta: a batch commits after this many ms"
+    )
     snapshot_batch_rows: int = Field(
         default=100_000,
         ge=1,
@@ -246,6 +245,7 @@ class SinkSettings(_Section):
     snapshot_batch_ms: int = Field(
         default=5000,
         ge=0,
+        le=HOUR_S * 1000,
         description="delta: while a snapshot is read, a batch commits after this many ms (or batch_rows): "
         "each commit costs the JVM about 0.5 CPU-s that the reading needs; streamed changes reach the "
         "changelog up to this much later meanwhile (never less than batch_ms)",
@@ -276,6 +276,7 @@ class SinkSettings(_Section):
     merge_interval_s: float = Field(
         default=15.0,
         ge=0,
+        le=DAY_S,
         description="delta: longest wait of changes for the mirror's MERGE, the changelog holding them "
         "meanwhile; mirrors are updated in the background (0, or no changelog: by every batch itself, "
         "before its checkpoint)",
@@ -312,17 +313,17 @@ class SinkSettings(_Section):
         description="delta: keep an SCD type 2 history table per source table (<table>.history) from its "
         "changelog, every merge_interval_s (the changelog then takes the snapshot rows too)",
     )
-    database: str = Field(
+    database: Annotated[str, AfterValidator(name_template)] = Field(
         default="",
         description="delta: register the tables by name in this database of sink.catalog ({db}: the "
         "source's schema name, a database each); empty: by path only",
     )
-    table_name: str = Field(
+    table_name: Annotated[str, AfterValidator(name_template)] = Field(
         default="",
         description="delta: the mirror's name ({db}, {table}; the changelog's and history's add "
         "__changelog, __history); empty: {table} when the database names {db}, else {db}__{table}",
     )
-    catalog: str = Field(
+    catalog: Annotated[str, AfterValidator(catalog_name)] = Field(
         default="spark_catalog", min_length=1, description="delta: the Spark catalog of the names"
     )
     metastore: Annotated[Metastore, BeforeValidator(lower)] = Field(
@@ -330,10 +331,15 @@ class SinkSettings(_Section):
         description="delta: embedded: Spark's own metastore kept beside a local output (one Spark "
         "application at a time); external: the metastore or catalog plugin sink.spark_conf configures",
     )
+    metastore_uris: Annotated[str, AfterValidator(thrift_uris)] = Field(
+        default="",
+        description="delta: with metastore = external, the Hive metastore server(s) the names go to "
+        "(thrift://HOST:PORT, comma-separated); empty: sink.spark_conf configures the catalog",
+    )
     spark_conf: dict[str, str] = Field(
         default_factory=dict,
-        description="delta: more Spark settings (a Hive metastore URI, a catalog plugin such as Unity "
-        "Catalog's), for gtidsnap's Spark and its jobs",
+        description="delta: more Spark settings (a catalog plugin such as Unity Catalog's), for "
+        "gtidsnap's Spark and its jobs",
     )
     mirror: Annotated[MirrorKeeper, BeforeValidator(lower)] = Field(
         default="gtidsnap",
@@ -346,7 +352,7 @@ class CheckpointSection(_Section):
     """``[checkpoint]``: where progress is kept, and how often it is saved."""
 
     path: str = Field(default="gtidsnap-out/checkpoint.json", min_length=1, description="the checkpoint file")
-    interval_s: float = Field(default=1.0, gt=0, description="seconds between checkpoints")
+    interval_s: float = Field(default=1.0, ge=0.01, le=HOUR_S, description="seconds between checkpoints")
 
 
 class SignalSettings(_Section):
@@ -371,10 +377,16 @@ class MetricsSection(_Section):
         default="", description="HOST:PORT to serve on, e.g. 127.0.0.1:9108 (empty: no endpoint)"
     )
     stall_after_s: float = Field(
-        default=60.0, gt=0, description="/healthz fails when the engine's loop has not turned this long"
+        default=60.0,
+        ge=1,
+        le=DAY_S,
+        description="/healthz fails when the engine's loop has not turned this long",
     )
     probe_interval_s: float = Field(
-        default=5.0, gt=0, description="seconds between the replica probes behind lag and /readyz"
+        default=5.0,
+        ge=0.1,
+        le=HOUR_S,
+        description="seconds between the replica probes behind lag and /readyz",
     )
 
 

@@ -10,14 +10,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gtidsnap import runner
+import gtidsnap.run as run_package
 from gtidsnap.cli import app as cli
+from gtidsnap.cli import failures
 from gtidsnap.config.loading import Config
 from gtidsnap.core.commands import PauseSnapshots, ResumeSnapshots, SignalReceived
 from gtidsnap.core.errors import (
     ConfigError,
     FatalSourceError,
     GtidsnapError,
+    OutputRefusedError,
     QueryError,
     SinkError,
     SourceError,
@@ -62,16 +64,20 @@ def test_user_text_is_printed_as_written(capsys: pytest.CaptureFixture[str]) -> 
         (FatalSourceError("the binlog stream was refused: purged"), False),
         (QueryError("the replica refused a chunk: 1054"), False),
         (ConfigError("unknown section [sorce]"), False),
+        (
+            OutputRefusedError("the checkpoint says batch 3 was committed to x, but no Delta table is there"),
+            False,
+        ),
     ],
 )
 def test_an_error_says_whether_the_same_command_again_may_pass(
     error: GtidsnapError, hinted: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(typer.Exit) as stopped:
-        cli._fail(error)
+        failures.fail(error)
     err = capsys.readouterr().err
     assert stopped.value.exit_code == 1 and err.startswith(f"error: {error}\n")
-    assert (cli.RETRY_HINT in err) is hinted and err.count("error:") == 1
+    assert (failures.RETRY_HINT in err) is hinted and err.count("error:") == 1
 
 
 class _NoReplica:
@@ -104,7 +110,7 @@ def test_run_readers_flag_reaches_the_config(
 
     monkeypatch.setenv("GTIDSNAP_SNAPSHOT_READERS", "5")  # the flag wins over the environment
     monkeypatch.setattr(replica, "Replica", _NoReplica)
-    monkeypatch.setattr(runner, "run_engine", run_engine)
+    monkeypatch.setattr(run_package, "run_engine", run_engine)
     monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
     result = CliRunner().invoke(cli.app, ["run", "--checkpoint", str(tmp_path / "cp.json"), *args])
     assert result.exit_code == 0, result.output
@@ -130,7 +136,7 @@ def test_a_run_whose_snapshot_failed_ends_with_exit_3_naming_the_tables(
         return stats
 
     monkeypatch.setattr(replica, "Replica", _NoReplica)
-    monkeypatch.setattr(runner, "run_engine", run_engine)
+    monkeypatch.setattr(run_package, "run_engine", run_engine)
     monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
     args = ["run", "--checkpoint", str(tmp_path / "cp.json"), "--until-caught-up"]
     result = CliRunner().invoke(cli.app, [*args, "--snapshot", "shop.a", "--snapshot", "shop.b"])
@@ -149,7 +155,7 @@ def test_a_run_whose_snapshot_failed_ends_with_exit_3_naming_the_tables(
 
 def test_a_run_without_failures_ends_with_exit_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.setattr(replica, "Replica", _NoReplica)
-    monkeypatch.setattr(runner, "run_engine", lambda cfg, *rest: RunStats())
+    monkeypatch.setattr(run_package, "run_engine", lambda cfg, *rest: RunStats())
     monkeypatch.setattr(cli, "_setup_logging", lambda verbose: None)
     result = CliRunner().invoke(
         cli.app, ["run", "--checkpoint", str(tmp_path / "cp.json"), "--until-caught-up"]

@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pymysql
 import pytest
 
+from gtidsnap.config.cpus import MAX_DEFAULT_READERS, default_readers
 from gtidsnap.config.loading import (
     DEFAULTS,
     SECTIONS,
@@ -25,7 +27,6 @@ from gtidsnap.config.loading import (
     load_config,
     parse_table_name,
 )
-from gtidsnap.config.settings import MAX_DEFAULT_READERS, default_readers
 from gtidsnap.core.errors import ConfigError
 from gtidsnap.core.model import SYSTEM_SCHEMAS, TableId
 from gtidsnap.source.connection import ConnectionSettings, Secret, TlsMode
@@ -68,9 +69,9 @@ BAD_TOML = [
     ("[source]\nport = 65536\n", "source.port", "65536", "from 1 to 65535"),
     ("[source]\nhost = 5\n", "source.host", "5", "is not a string"),
     ('[source]\nhost = ""\n', "source.host", "''", "must not be empty"),
-    ("[source]\nconnect_timeout_s = 0\n", "source.connect_timeout_s", "got 0", "more than 0"),
-    ("[source]\nconnect_timeout_s = -1.5\n", "source.connect_timeout_s", "-1.5", "more than 0"),
-    ("[source]\nconnect_timeout_s = 4e7\n", "source.connect_timeout_s", "40000000.0", "at most 31536000"),
+    ("[source]\nconnect_timeout_s = 0\n", "source.connect_timeout_s", "got 0", "from 0.1 to 3600"),
+    ("[source]\nconnect_timeout_s = -1.5\n", "source.connect_timeout_s", "-1.5", "from 0.1 to 3600"),
+    ("[source]\nconnect_timeout_s = 4e7\n", "source.connect_timeout_s", "40000000.0", "from 0.1 to 3600"),
     ("[source]\nstatement_timeout_s = 0\n", "source.statement_timeout_s", "got 0", "from 0.001 to 4294967"),
     # below a millisecond the server's limit would be 0, "no limit"; above 2^32 ms it overflows
     ("[source]\nstatement_timeout_s = 1e-9\n", "source.statement_timeout_s", "1e-09", "0.001 to 4294967"),
@@ -108,11 +109,18 @@ BAD_TOML = [
     ("[binlog]\nserver_id = -1\n", "binlog.server_id", "-1", "from 0 to 4294967295"),
     ("[binlog]\nserver_id = 4294967296\n", "binlog.server_id", "4294967296", "from 0 to 4294967295"),
     ("[sink]\nbatch_rows = 0\n", "sink.batch_rows", "got 0", "positive"),
-    ("[sink]\nbatch_ms = -1\n", "sink.batch_ms", "-1", "0 or more"),
+    ("[sink]\nbatch_ms = -1\n", "sink.batch_ms", "-1", "from 0 to 3600000"),
     ("[sink]\nbatch_ms = 1.5\n", "sink.batch_ms", "1.5", "is not an integer"),
     ('[sink]\ntype = "csv"\n', "sink.type", "'csv'", "must be jsonl or delta"),
     ("[sink]\npath = 5\n", "sink.path", "5", "is not a string: write it in quotes"),
-    ("[checkpoint]\ninterval_s = 0\n", "checkpoint.interval_s", "got 0", "positive"),
+    ("[checkpoint]\ninterval_s = 0\n", "checkpoint.interval_s", "got 0", "from 0.01 to 3600"),
+    # a wait of 1e-9 s spins a thread; one past ~49 days raises OverflowError in it
+    ('[sink]\ntype = "delta"\nowner_lease_s = 0.0001\n', "sink.owner_lease_s", "0.0001", "from 3.0 to 3600"),
+    ("[metrics]\nprobe_interval_s = 1e-9\n", "metrics.probe_interval_s", "1e-09", "from 0.1 to 3600"),
+    ("[metrics]\nstall_after_s = 1e300\n", "metrics.stall_after_s", "1e+300", "from 1 to 86400"),
+    ("[source]\nretention_check_s = 1e-9\n", "source.retention_check_s", "1e-09", "from 1 to 86400"),
+    ('[sink]\ntype = "delta"\nmerge_interval_s = 1e300\n', "sink.merge_interval_s", "1e+300", "to 86400"),
+    ('[sink]\ntype = "delta"\nbatch_ms = 10000000000\n', "sink.batch_ms", "10000000000", "to 3600000"),
     ('[signals]\ntopic = ""\n', "signals.topic", "''", "must not be empty"),
     ('[capture]\ntables = "shop.orders"\n', "capture.tables", "'shop.orders'", "is not a list"),
     ('[capture]\ntables = ["orders"]\n', "capture.tables[0]", "'orders'", "must be written schema.table"),
@@ -186,11 +194,49 @@ def test_surrogate_key_string_is_not_split_into_letters(tmp_path: Path) -> None:
     assert "schema.table" in text and "is not a list" in text and text.count("; ") == 1
 
 
-def test_tls_required_with_a_readable_ca_is_accepted(tmp_path: Path) -> None:
-    ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+@pytest.fixture(scope="module")
+def pems(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A self-signed certificate and its key, and a second key that is not its (openssl, as the test
+    harness makes its own)."""
+    folder = tmp_path_factory.mktemp("pems")
+    for name in ("cert", "other"):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=t",
+             "-keyout", str(folder / f"{name}-key.pem"), "-out", str(folder / f"{name}.pem")],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return {
+        "cert": folder / "cert.pem",
+        "key": folder / "cert-key.pem",
+        "other_key": folder / "other-key.pem",
+    }
+
+
+def test_tls_required_with_a_readable_ca_is_accepted(tmp_path: Path, pems: dict[str, Path]) -> None:
+    ca = pems["cert"]
     cfg = load_config(write(tmp_path, f'[source]\ntls = "REQUIRED"\nca = "{ca}"\n'), {})
     assert cfg.source.tls is TlsMode.REQUIRED and cfg.source.ca == ca
+
+
+@pytest.mark.parametrize("tls", ["required", "preferred", "disabled"])
+def test_a_ca_that_is_not_a_certificate_is_refused_whatever_the_tls_mode(tmp_path: Path, tls: str) -> None:
+    """The issue: "unexpected SSLError ... please report it" at the first connect, and with
+    tls = "preferred" (which does not use it) the file passed check."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n")
+    text = refused(write(tmp_path, f'[source]\ntls = "{tls}"\nca = "{ca}"\n'))
+    assert "source.ca" in text and "holds no certificate" in text and "the file '" in text
+    # the file is named (a long path shortened in the middle: its start is there)
+    assert str(ca)[:12] in text
+
+
+def test_a_client_certificate_and_a_key_that_are_not_a_pair_are_refused(
+    tmp_path: Path, pems: dict[str, Path]
+) -> None:
+    toml = f'[source]\ntls = "required"\nca = "{pems["cert"]}"\ncert = "{pems["cert"]}"\n'
+    text = refused(write(tmp_path, toml + f'key = "{pems["other_key"]}"\n'))
+    assert "source.cert" in text and "source.key" in text and "private key" in text
+    assert load_config(write(tmp_path, toml + f'key = "{pems["key"]}"\n'), {}).source.key == pems["key"]
 
 
 def test_ca_that_is_a_folder_is_refused(tmp_path: Path) -> None:
@@ -269,7 +315,7 @@ def test_file_missing(tmp_path: Path) -> None:
         ({"GTIDSNAP_SNAPSHOT_READERS": "-1"}, ["GTIDSNAP_SNAPSHOT_READERS", "from 0 to 64", "got -1"]),
         ({"GTIDSNAP_SNAPSHOT_READERS": "two"}, ["GTIDSNAP_SNAPSHOT_READERS='two' is not a valid integer"]),
         ({"GTIDSNAP_SNAPSHOT_READERS": "1.5"}, ["GTIDSNAP_SNAPSHOT_READERS='1.5' is not a valid integer"]),
-        ({"GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S": "0"}, ["GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S", "more than 0"]),
+        ({"GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S": "0"}, ["GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S", "from 0.1"]),
         ({"GTIDSNAP_SINK_TYPE": "csv"}, ["GTIDSNAP_SINK_TYPE", "must be jsonl or delta", "'csv'"]),
         ({"GTIDSNAP_SOURCE_TLS": "required"}, ["GTIDSNAP_SOURCE_TLS='required'", "needs source.ca"]),
         (
@@ -332,6 +378,7 @@ def test_toml_then_environment_then_flags(tmp_path: Path) -> None:
         "GTIDSNAP_SNAPSHOT_CHUNK_SIZE": "20",
         "GTIDSNAP_SNAPSHOT_CHUNK_DELAY_MS": "2.5",
         "GTIDSNAP_SINK_CHANGELOG": "YES",
+        "GTIDSNAP_SINK_TYPE": "delta",
         "GTIDSNAP_SIGNALS_BOOTSTRAP": "env:9092",
         "GTIDSNAP_SOURCE_STATEMENT_TIMEOUT_S": "7.5",
     }
@@ -351,7 +398,8 @@ def test_toml_then_environment_then_flags(tmp_path: Path) -> None:
     ],
 )
 def test_environment_booleans(text: str, value: bool) -> None:
-    assert load_config(None, {"GTIDSNAP_SINK_CHANGELOG": text}).sink.changelog is value
+    env = {"GTIDSNAP_SINK_CHANGELOG": text, "GTIDSNAP_SINK_TYPE": "delta"}
+    assert load_config(None, env).sink.changelog is value
 
 
 @pytest.mark.parametrize("text", ["shop.a, shop.b,,shop.a", '["shop.a", "shop.b"]'])
@@ -543,9 +591,7 @@ def test_spark_reader_pool_needs_readers(tmp_path: Path) -> None:
 
 def test_source_hosts_are_the_replicas_in_order(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text(
-        '[source]\nhosts = ["10.0.0.2:3306", "[::1]:3307", "10.0.0.2:3306"]\nuser = "u"\ntls = "preferred"\n'
-    )
+    path.write_text('[source]\nhosts = ["10.0.0.2:3306", "[::1]:3307"]\nuser = "u"\ntls = "preferred"\n')
     cfg = load_config(path, env={})
     assert [(r.host, r.port) for r in cfg.replicas] == [("10.0.0.2", 3306), ("::1", 3307)]
     assert cfg.source == cfg.replicas[0] and all(
@@ -570,6 +616,16 @@ def test_one_host_is_the_only_replica() -> None:
         ({"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1"}, ["GTIDSNAP_SOURCE_HOSTS", "'127.0.0.1' is not HOST:PORT"]),
         ({"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1:0"}, ["is not HOST:PORT"]),
         ({"GTIDSNAP_SOURCE_HOSTS": "3306"}, ["'3306' is not HOST:PORT"]),
+        (  # str.isdigit() and int() take fullwidth digits
+            {"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1:\uff13\uff13\uff10\uff16"},
+            ["is not HOST:PORT", "ASCII digits"],
+        ),
+        ({"GTIDSNAP_SOURCE_HOSTS": "::1:3306"}, ["write an IPv6 address in brackets, e.g. [::1]:3306"]),
+        (
+            {"GTIDSNAP_SOURCE_HOSTS": "10.0.0.2:3306,127.0.0.1:1,10.0.0.2:3306"},
+            ["GTIDSNAP_SOURCE_HOSTS", "'10.0.0.2:3306' names the replica '10.0.0.2:3306' again"],
+        ),
+        ({"GTIDSNAP_SOURCE_HOSTS": "DB:3306,db:3306"}, ["'db:3306' names the replica 'DB:3306' again"]),
         (
             {"GTIDSNAP_SOURCE_HOSTS": "127.0.0.1:3306", "GTIDSNAP_SOURCE_PORT": "3307"},
             ["GTIDSNAP_SOURCE_PORT and GTIDSNAP_SOURCE_HOSTS are both set"],
@@ -593,20 +649,209 @@ def test_bad_replica_settings_are_named(env: dict[str, str], fragments: list[str
         ('[source]\ncert = "/nonexistent/c.pem"\n', ["source.cert", "cannot be read"]),
     ],
 )
-def test_tls_settings_that_do_not_go_together(tmp_path: Path, toml: str, fragments: list[str]) -> None:
-    pem = tmp_path / "c.pem"
-    pem.write_text("x")
+def test_tls_settings_that_do_not_go_together(
+    tmp_path: Path, toml: str, fragments: list[str], pems: dict[str, Path]
+) -> None:
     path = tmp_path / "c.toml"
-    path.write_text(toml.replace("{c}", str(pem)))
+    path.write_text(toml.replace("{c}", str(pems["cert"])))
     with pytest.raises(ConfigError) as raised:
         load_config(path, env={})
     assert all(f in str(raised.value) for f in fragments), str(raised.value)
 
 
-def test_verify_identity_with_a_client_certificate(tmp_path: Path) -> None:
-    pem = tmp_path / "c.pem"
-    pem.write_text("x")
+def test_verify_identity_with_a_client_certificate(tmp_path: Path, pems: dict[str, Path]) -> None:
+    pem, key = pems["cert"], pems["key"]
     path = tmp_path / "c.toml"
-    path.write_text(f'[source]\ntls = "VERIFY_IDENTITY"\nca = "{pem}"\ncert = "{pem}"\nkey = "{pem}"\n')
+    path.write_text(f'[source]\ntls = "VERIFY_IDENTITY"\nca = "{pem}"\ncert = "{pem}"\nkey = "{key}"\n')
     source = load_config(path, env={}).source
-    assert source.tls is TlsMode.VERIFY_IDENTITY and source.cert == source.key == pem
+    assert source.tls is TlsMode.VERIFY_IDENTITY and source.cert == pem and source.key == key
+
+
+def test_a_metastore_server_is_named_by_its_thrift_uris(tmp_path: Path) -> None:
+    """``sink.metastore_uris`` names a Hive metastore server for the tables' names: its Spark settings
+    come with it (a hive catalog, the URIs, a warehouse beside the output); a URI that is not
+    thrift://HOST:PORT, or a server named without ``metastore = "external"``, is refused by name."""
+    from gtidsnap.sinks.delta.catalog_names import catalog_spark_conf
+
+    text = '[sink]\ntype = "delta"\npath = "/data/cdc"\ndatabase = "{db}"\nmetastore = "external"\n'
+    good = write(tmp_path, text + 'metastore_uris = "thrift://127.0.0.1:39083"\n')
+    config = load_config(good, {"GTIDSNAP_SOURCE_PASSWORD": PASSWORD})
+    conf, options = catalog_spark_conf(config.sink, "/data/cdc")
+    assert conf == {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.hive.metastore.uris": "thrift://127.0.0.1:39083",
+        "spark.sql.warehouse.dir": "/data/cdc/_gtidsnap_catalog/warehouse",
+    }
+    assert options == []
+    bad = write(tmp_path, text + 'metastore_uris = "127.0.0.1:39083"\n', "bad.toml")
+    assert "sink.metastore_uris" in refused(bad) and "thrift://HOST:PORT" in refused(bad)
+    embedded = write(
+        tmp_path, text.replace("external", "embedded") + 'metastore_uris = "thrift://h:1"\n', "e.toml"
+    )
+    assert 'set sink.metastore = "external"' in refused(embedded)
+
+
+# ------------------------------------------------------------------ issue 56: what passed and should not
+
+
+def test_every_duration_has_a_floor_and_a_ceiling() -> None:
+    """A wait of 1e-9 s spins its thread (owner_lease_s = 0.0001: 5.7 CPU-s in 10 idle seconds); one past
+    ~49 days raises OverflowError in it (1e400 is refused as not finite already)."""
+    for section, model in SECTIONS.items():
+        for key, info in model.model_fields.items():
+            if not key.endswith(("_s", "_ms")):
+                continue
+            bounds = {
+                name
+                for item in info.metadata
+                for name in ("gt", "ge", "le", "lt")
+                if getattr(item, name, None) is not None
+            }
+            assert bounds & {"gt", "ge"} and bounds & {"le", "lt"}, (
+                f"{section}.{key} is not bounded: {bounds}"
+            )
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragments"),
+    [
+        ('[sink]\ntype = "delta"\ndatabase = "my db"\n', ["sink.database", "'my db'", "no spaces, dots"]),
+        ('[sink]\ntype = "delta"\ndatabase = "cdc;drop"\n', ["sink.database", "is not a name"]),
+        ('[sink]\ntype = "delta"\ndatabase = "a..b"\n', ["sink.database", "is not a name"]),
+        ('[sink]\ntype = "delta"\ndatabase = "a.b"\n', ["sink.database", "is not a name"]),
+        ('[sink]\ntype = "delta"\ndatabase = "{db}.x"\n', ["sink.database", "is not a name"]),
+        ('[sink]\ntype = "delta"\ndatabase = "{schema}"\n', ["sink.database", "not a name template"]),
+        ('[sink]\ntype = "delta"\ndatabase = "cdc"\ntable_name = "{table} x"\n', ["sink.table_name"]),
+        ('[sink]\ntype = "delta"\ncatalog = "spark catalog"\n', ["sink.catalog", "is not a catalog name"]),
+        ('[sink]\ntype = "delta"\ncatalog = "a.b"\n', ["sink.catalog", "is not a catalog name"]),
+    ],
+)
+def test_catalog_names_a_metastore_would_refuse_are_refused(
+    tmp_path: Path, toml: str, fragments: list[str]
+) -> None:
+    text = refused(write(tmp_path, toml))
+    assert all(f in text for f in fragments), text
+
+
+@pytest.mark.parametrize("database", ["{db}", "cdc", "cdc_{db}", "CDC2"])
+def test_catalog_names_that_a_metastore_takes(tmp_path: Path, database: str) -> None:
+    sink = load_config(write(tmp_path, f'[sink]\ntype = "delta"\ndatabase = "{database}"\n'), {}).sink
+    assert sink.database == database
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "fragments"),
+    [
+        (
+            '[sink]\ndatabase = "{db}"\n',
+            {},
+            ["sink.database = '{db}' is a setting of a Delta output", "jsonl"],
+        ),
+        (
+            "",
+            {"GTIDSNAP_SINK_BATCH_MS": "500"},
+            ["GTIDSNAP_SINK_BATCH_MS=500 is a setting of a Delta output"],
+        ),
+        ("[sink]\nowner_lease_s = 60.0\n", {}, ["sink.owner_lease_s"]),
+        ('[sink]\nspark_master = "local[4]"\n', {}, ["sink.spark_master", 'set sink.type = "delta"']),
+    ],
+)
+def test_a_delta_setting_on_a_json_lines_output_is_refused(
+    tmp_path: Path, toml: str, env: dict[str, str], fragments: list[str]
+) -> None:
+    text = refused(write(tmp_path, toml), env)
+    assert all(f in text for f in fragments), text
+
+
+def test_spark_settings_serve_spark_chunk_readers_on_a_json_lines_output(tmp_path: Path) -> None:
+    toml = '[snapshot]\nreader_pool = "spark"\nreaders = 2\n[sink]\nspark_master = "local[4]"\n'
+    assert load_config(write(tmp_path, toml), {}).sink.spark_master == "local[4]"
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragments"),
+    [
+        (
+            '[signals]\nnotifications_topic = "answers"\n',
+            ["notifications_topic = 'answers' needs signals.bootstrap"],
+        ),
+        (
+            '[signals]\nbootstrap = "k:9092"\nnotifications_topic = "gtidsnap-signals"\n',
+            ["is the signal topic (signals.topic)", "its own answers as signals"],
+        ),
+        (
+            '[signals]\nbootstrap = "k:9092"\ntopic = "s"\nnotifications_topic = "s"\n',
+            ["notifications_topic = 's' is the signal topic"],
+        ),
+    ],
+)
+def test_notifications_need_brokers_and_a_topic_of_their_own(
+    tmp_path: Path, toml: str, fragments: list[str]
+) -> None:
+    text = refused(write(tmp_path, toml))
+    assert all(f in text for f in fragments), text
+
+
+@pytest.mark.parametrize(
+    ("conf", "metastore", "fragments"),
+    [
+        ({"spark.master": "local[8]"}, "embedded", ["spark.master", "sink.spark_master instead"]),
+        ({"spark.sql.extensions": "x.Y"}, "embedded", ["Delta's SQL extension", "io.delta.sql."]),
+        (
+            {"spark.sql.catalog.spark_catalog": "x.Cat"},
+            "external",
+            ["replaces Delta's catalog", "sink.catalog"],
+        ),
+        ({"spark.sql.session.timeZone": "Europe/Paris"}, "embedded", ["UTC"]),
+        ({"spark.jars.packages": "a:b:1"}, "external", ["download jars"]),
+        (
+            {"spark.sql.warehouse.dir": "/etc/x"},
+            "embedded",
+            ["spark.sql.warehouse.dir", 'metastore = "external"'],
+        ),
+        ({"spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:x"}, "embedded", ["embedded metastore"]),
+    ],
+)
+def test_spark_conf_that_breaks_gtidsnaps_session_is_refused(
+    tmp_path: Path, conf: dict[str, str], metastore: str, fragments: list[str]
+) -> None:
+    items = ", ".join(f'"{k}" = "{v}"' for k, v in conf.items())
+    toml = f'[sink]\ntype = "delta"\nmetastore = "{metastore}"\nspark_conf = {{ {items} }}\n'
+    text = refused(write(tmp_path, toml))
+    assert all(f in text for f in fragments) and text.startswith(
+        f"{tmp_path / 'gtidsnap.toml'}: sink.spark_conf"
+    ), text
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"spark.hadoop.hive.metastore.uris": "thrift://10.0.0.5:9083"},  # an external metastore's address
+        {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension,x.Y"},
+        {"spark.sql.shuffle.partitions": "16", "spark.jars": "/opt/hadoop-aws.jar"},
+    ],
+)
+def test_spark_conf_gtidsnap_can_work_with_passes(tmp_path: Path, conf: dict[str, str]) -> None:
+    items = ", ".join(f'"{k}" = "{v}"' for k, v in conf.items())
+    toml = f'[sink]\ntype = "delta"\nspark_conf = {{ {items} }}\n'
+    assert load_config(write(tmp_path, toml), {}).sink.spark_conf == conf
+    external = toml.replace("spark_conf", 'metastore = "external"\nspark_conf', 1)
+    assert load_config(write(tmp_path, external + ""), {}).sink.spark_conf == conf
+
+
+@pytest.mark.parametrize(
+    ("listen", "ok"),
+    [
+        ("[::1]:9108", True),
+        ("127.0.0.1:0", True),
+        ("::1:9108", False),
+        ("127.0.0.1:\uff19\uff11\uff10\uff18", False),
+        ("9108", False),
+    ],
+)
+def test_metrics_listen_addresses(listen: str, ok: bool) -> None:
+    env = {"GTIDSNAP_METRICS_LISTEN": listen}
+    if ok:
+        assert load_config(None, env).metrics.listen == listen
+    else:
+        assert "GTIDSNAP_METRICS_LISTEN" in refused(None, env)
