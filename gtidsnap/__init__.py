@@ -9,7 +9,8 @@ The public surface, for programs that run gtidsnap rather than its command line:
     with Replica(config.source) as replica:
         run_engine(config, replica, snapshot=[TableId("shop", "orders")], until_caught_up=True)
 
-Readers of a Delta output use :func:`current_state` (imported on first use: it needs pyspark).
+Readers of a Delta output use :func:`current_state` and :func:`read_as_of` (imported on first use:
+they need pyspark).
 Everything else is internal; the package's folders map the design (``docs/design.md``).
 """
 
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
     from gtidsnap.core.model import TableId
     from gtidsnap.core.run_stats import RunStats
     from gtidsnap.engine.loop import Engine
-    from gtidsnap.runner import build_engine, read_checkpoint, run_engine
+    from gtidsnap.run import build_engine, read_checkpoint, run_engine
     from gtidsnap.sinks.delta import current_state, current_state_of
+    from gtidsnap.sinks.delta.consistent_points import read_as_of, recorded_points
     from gtidsnap.source.replica import Replica
 
 __version__ = "0.1.0"
@@ -68,11 +70,13 @@ _HOMES = {
     "TableId": "gtidsnap.core.model",
     "RunStats": "gtidsnap.core.run_stats",
     "Engine": "gtidsnap.engine.loop",
-    "build_engine": "gtidsnap.runner",
-    "read_checkpoint": "gtidsnap.runner",
-    "run_engine": "gtidsnap.runner",
+    "build_engine": "gtidsnap.run",
+    "read_checkpoint": "gtidsnap.run",
+    "run_engine": "gtidsnap.run",
     "current_state": "gtidsnap.sinks.delta",
     "current_state_of": "gtidsnap.sinks.delta",
+    "read_as_of": "gtidsnap.sinks.delta.consistent_points",
+    "recorded_points": "gtidsnap.sinks.delta.consistent_points",
     "Replica": "gtidsnap.source.replica",
 }
 
@@ -99,7 +103,9 @@ __all__ = [
     "current_state_of",
     "load_config",
     "parse_gtid_set",
+    "read_as_of",
     "read_checkpoint",
+    "recorded_points",
     "run_engine",
 ]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gtidsnap.core.checkpoint_edits import DIGEST_KEY, content_digest
 from gtidsnap.core.errors import SchemaError
 from gtidsnap.core.gtid import GtidSet, MysqlGtid, MysqlGtidSet
 from gtidsnap.core.model import (
@@ -43,6 +44,14 @@ U = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 KEY = ("id",)
 SCHEMA = TableSchema(T, (Column("id", "int", "int"), Column("v", "int", "int")), KEY)
 START = 10  # transactions 1-10 happened before the world's stream starts
+STAMPED_AT = 1_700_000_000  # transaction n was written at this time + n (its GTID event's header)
+
+
+def resealed(data: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's JSON changed by a test, with the digest of its new content, as a checkpoint of
+    another output (or one restored from another time) has: the checks past the digest see it."""
+    body = {k: v for k, v in data.items() if k != DIGEST_KEY}
+    return body | {DIGEST_KEY: content_digest(body)}
 
 
 def gtids(upto: int) -> GtidSet:
@@ -124,7 +133,7 @@ class World:
                 else:
                     events.append(RowChange(gtid, T, "c", (key,), None, new, key_columns=KEY))
                     self.table[key] = new
-            events.append(TxCommit(gtid))
+            events.append(TxCommit(gtid, 1, STAMPED_AT + gtid.gno))
             self._commit(gtid, events)
 
     # ------------------------------------------------------------------ the writes a test asks for
@@ -137,7 +146,7 @@ class World:
             if table == T:
                 self.table[key] = after
             change = RowChange(gtid, table, "c" if before is None else "u", (key,), before, after)
-            events: list[BinlogEvent] = [TxBegin(gtid), change, TxCommit(gtid)]
+            events: list[BinlogEvent] = [TxBegin(gtid), change, TxCommit(gtid, 1, STAMPED_AT + gtid.gno)]
             self._commit(gtid, events)
             return events
 
@@ -146,7 +155,7 @@ class World:
         with self.lock:
             gtid = self._next_gtid()
             ddl = SchemaChange(gtid, frozenset({table}), f"ALTER TABLE {table} ADD c INT")
-            events: list[BinlogEvent] = [TxBegin(gtid), ddl, TxCommit(gtid)]
+            events: list[BinlogEvent] = [TxBegin(gtid), ddl, TxCommit(gtid, 1, STAMPED_AT + gtid.gno)]
             self._commit(gtid, events)
             return events
 
@@ -243,6 +252,12 @@ class FakeReplica:
     def _keys(self, after: Any, upto: Any) -> list[int]:
         with self.world.lock:
             return sorted(k for k in self.world.seen if (after is None or k > after[0]) and k <= upto[0])
+
+    def select_chunk_columns(
+        self, schema: TableSchema, after: Any, upto: Any, condition: str | None = None
+    ) -> Any | None:
+        """No compiled client here: every chunk by :meth:`select_chunk`."""
+        return None
 
     def select_chunk(
         self, schema: TableSchema, after: Any, upto: Any, limit: int | None, condition: str | None = None

@@ -12,7 +12,9 @@
     ├── SignalError               a signal message we cannot act on (logged and skipped, never fatal)
     ├── FilterError               a snapshot filter refused before it reaches the server (names why)
     └── SinkError                 the output could not be written
-        └── DeltaJarsMissingError the pre-resolved Delta jars are not where Spark is told to find them
+        ├── DeltaJarsMissingError the pre-resolved Delta jars are not where Spark is told to find them
+        └── OutputRefusedError    the output is not one this run can write (another output's, a name
+                                  taken, a setting it cannot take): the same run fails the same way
 
 Whether an error is worth retrying is a property of its type (``retryable``), not of the call site;
 the command line reads it to say whether the same command again may pass.
@@ -101,3 +103,10 @@ class SinkError(GtidsnapError):
     """The output could not be written."""
 
     retryable = True
+
+
+class OutputRefusedError(SinkError):
+    """The output is not one this run can write as configured: it belongs to another checkpoint, a name is
+    taken, a setting names what the output does not have. Not retryable: nothing changes by itself."""
+
+    retryable = False

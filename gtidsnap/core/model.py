@@ -6,7 +6,7 @@ Adapters turn server bytes into these; the pure core (windows, plan) reads and r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from gtidsnap.core.gtid import Gtid
@@ -137,9 +137,13 @@ class RowChanges:
 
 @dataclass(frozen=True)
 class TxCommit:
-    """The transaction ``gtid`` is complete; the stream's processed set now includes it."""
+    """The transaction ``gtid`` is complete; the stream's processed set now includes it. ``server_id``
+    and ``timestamp``: its GTID event's header, the primary's (0: not known), which tell its transaction
+    from another primary's of the same GTID (:mod:`gtidsnap.core.source_identity`)."""
 
     gtid: Gtid
+    server_id: int = field(default=0, compare=False)  # two commits are equal by their GTID
+    timestamp: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class TableProgress:
     error: str | None = None
     # Its rows may reach a Delta mirror as plain appends: when it started, no snapshot of the table had
     # emitted rows into this output, and no DDL of the table has been seen since (see
-    # sinks.delta.mirror_update).
+    # sinks.delta.mirror.rule).
     fresh: bool = False
 
     # How a snapshot's progress changes, each step a new value (the engine only calls these):

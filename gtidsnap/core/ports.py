@@ -6,7 +6,7 @@ checkpoint store and the chunk readers, with the jobs and reads that cross to a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -65,6 +65,13 @@ class ReplicaPort(Protocol):
         limit: int | None,
         condition: str | None = None,
     ) -> ChunkRows: ...
+    def select_chunk_columns(
+        self, schema: TableSchema, after: RawKey | None, upto: RawKey, condition: str | None = None
+    ) -> Any | None:
+        """The rows of ``after < key <= upto`` as a ``pyarrow.Table`` read by a compiled client, every
+        column of ``schema`` in order; None where it does not serve (then :meth:`select_chunk`)."""
+        ...
+
     def chunk_ends(
         self,
         schema: TableSchema,
@@ -157,6 +164,16 @@ class SnapshotAwareSink(Sink, Protocol):
 
 
 @runtime_checkable
+class PreparingSink(Sink, Protocol):
+    """A sink whose tables consumers read by themselves (Delta): each captured table's are created as
+    soon as the run knows its shape, so a reader can start before the table's first record."""
+
+    def prepare(self, shapes: Mapping[TableId, TableSchema]) -> None:
+        """Tables newly captured, with their shapes: their output's tables exist once the next
+        ``commit`` (or sealed batch) is done."""
+
+
+@runtime_checkable
 class CheckpointedSink(Sink, Protocol):
     """A sink that acts once a checkpoint naming its position is saved (the Delta mirrors take only
     checkpointed data, so their updates are never undone)."""
@@ -164,8 +181,8 @@ class CheckpointedSink(Sink, Protocol):
     def report_checkpoints(self) -> None:
         """Called before ``open``: :meth:`checkpointed` will follow every checkpoint saved."""
 
-    def checkpointed(self, position: Any) -> None:
-        """The checkpoint naming ``position`` (a ``commit``'s) is saved."""
+    def checkpointed(self, position: Any, saved: Checkpoint | None = None) -> None:
+        """The checkpoint naming ``position`` (a ``commit``'s) is saved (``saved``, as it was saved)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +203,17 @@ class SeqReportingSink(Sink, Protocol):
         empty, or nothing cheap tells."""
 
 
+@runtime_checkable
+class CutCheckingSink(Sink, Protocol):
+    """A sink that checks, before it cuts its output back to a checkpoint's position, that the cut
+    removes only records numbered at or above the checkpoint's ``next_seq`` (a checkpoint edited, or
+    another output's, would cut records nothing writes again)."""
+
+    def open_checked(self, committed: Any, next_seq: int) -> str | None:
+        """``open`` at ``committed`` once the output matches it; otherwise what differs, the output
+        untouched and the sink not open."""
+
+
 # ----------------------------------------------------------------------------- chunk readers
 
 
@@ -197,6 +225,31 @@ class ChunkRenderer(Protocol):
     def __call__(
         self, rows: Sequence[tuple[Key, Row]], schema: TableSchema
     ) -> tuple[tuple[Key, ...], ReadRows]: ...
+
+
+@runtime_checkable
+class ColumnsRenderer(Protocol):
+    """A :class:`ChunkRenderer` that also renders a chunk read as Arrow columns (the compiled read,
+    :meth:`ReplicaPort.select_chunk_columns`): the same keys and rows as from its values."""
+
+    def __call__(
+        self, rows: Sequence[tuple[Key, Row]], schema: TableSchema
+    ) -> tuple[tuple[Key, ...], ReadRows]: ...
+
+    def from_columns(self, table: Any, schema: TableSchema) -> tuple[tuple[Key, ...], ReadRows]: ...
+
+
+@dataclass(frozen=True)
+class RowsOnly:
+    """A renderer offered rows only, never columns from the compiled read (``snapshot.compiled_reads``
+    off): it hides the :class:`ColumnsRenderer` it wraps."""
+
+    render: ChunkRenderer
+
+    def __call__(
+        self, rows: Sequence[tuple[Key, Row]], schema: TableSchema
+    ) -> tuple[tuple[Key, ...], ReadRows]:
+        return self.render(rows, schema)
 
 
 @dataclass(frozen=True)

@@ -247,17 +247,17 @@ def snapshot_output(
     key_columns: Sequence[str],
     first_seq: int,
     fresh: bool,
-    now: int,
+    stamp: int,
 ) -> list[Emitted]:
-    """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``now``:
-    one for each row, but rows its reader encoded (bytes) go out together as :class:`SnapshotLines`, a
-    run of consecutive ones in each, the same lines their records would make, and columns as one
-    :class:`SnapshotColumns`."""
+    """The records of the rows a snapshot chunk put out, numbered from ``first_seq``, stamped ``stamp``
+    (their ``source_ts``): one for each row, but rows its reader encoded (bytes) go out together as
+    :class:`SnapshotLines`, a run of consecutive ones in each, the same lines their records would make,
+    and columns as one :class:`SnapshotColumns`."""
     if isinstance(rows, ColumnarRows):
-        return [SnapshotColumns(table, rows, first_seq, now, fresh)] if len(rows) else []
+        return [SnapshotColumns(table, rows, first_seq, stamp, fresh)] if len(rows) else []
     table_json = orjson.dumps(str(table))
     if rows and all(map(isinstance, rows, repeat(bytes))):  # the usual case: one object, no loop
-        return [SnapshotLines(table_json, tuple(rows), first_seq, now)]  # type: ignore[arg-type]
+        return [SnapshotLines(table_json, tuple(rows), first_seq, stamp)]  # type: ignore[arg-type]
     out: list[Emitted] = []
     seq, end = first_seq, 0
     while end < len(rows):
@@ -266,12 +266,12 @@ def snapshot_output(
             end += 1
         if end > start:
             bodies = rows[start:end]
-            out.append(SnapshotLines(table_json, tuple(bodies), seq, now))  # type: ignore[arg-type]
+            out.append(SnapshotLines(table_json, tuple(bodies), seq, stamp))  # type: ignore[arg-type]
             seq += end - start
             continue
         row = rows[end]
         assert not isinstance(row, bytes)
         key = tuple(row.get(c) for c in key_columns)
-        out.append(Record("r", table, key, None, row, None, seq, True, now, fresh))
+        out.append(Record("r", table, key, None, row, None, seq, True, stamp, fresh))
         seq, end = seq + 1, end + 1
     return out

@@ -3,7 +3,7 @@ acted on (a repeat is ignored), and the last outcomes (``gtidsnap status`` shows
 
 The engine records every signal here exactly once, next to the snapshot state it produced; the
 consumer resumes each partition at its recorded offset. One typed owner for what engine, checkpoint,
-runner and CLI read.
+run and CLI read.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from gtidsnap.core.commands import (
     Command,
 )
 from gtidsnap.signals.kafka import ERROR_REPEAT_S, client_settings, ensure_topic
+from gtidsnap.signals.notifier import NOTIFICATION_HEADER
 from gtidsnap.signals.protocol import parse_signal
 
 log = logging.getLogger("gtidsnap.signals.consumer")
@@ -194,6 +195,9 @@ class SignalConsumer:
         partition, offset = message.partition(), message.offset()
         self.offsets[partition] = offset + 1
         self._watch.read(partition)
+        if any(name == NOTIFICATION_HEADER for name, _ in message.headers() or ()):
+            log.debug("signal topic offset %d: a notification, not a signal; skipped", offset)
+            return
         signal = parse_signal(message.key(), message.value(), partition, offset, self.settings.connector)
         if signal is None:
             log.debug(

@@ -25,6 +25,9 @@ from gtidsnap.core.ports import CheckpointPort
 from gtidsnap.signals.kafka import client_settings, ensure_topic
 
 log = logging.getLogger("gtidsnap.signals.notifier")
+NOTIFICATION_HEADER = "gtidsnap-notification"
+"""A header every notification carries: a consumer of a topic they reach (a misconfigured signal topic)
+tells them from signals by it, and never acts on one (:mod:`gtidsnap.signals.consumer`)."""
 TAIL_READ = 1_000  # messages at the end of each partition read at start for the highest number sent
 FLUSH_S = 10.0
 WARN_EVERY_S = 60.0
@@ -101,6 +104,7 @@ class Notifier:
                 self.settings.topic,
                 key=self.connector.encode("utf-8"),
                 value=message,
+                headers=[(NOTIFICATION_HEADER, b"1")],
                 on_delivery=self._acknowledged(note.number),
             )
             self._handed = note.number

@@ -60,14 +60,17 @@ def parse_signal(
     key: bytes | None, value: bytes | None, partition: int, offset: int, connector: str
 ) -> SignalReceived | None:
     """The message at ``partition``/``offset`` as the engine's input; None when it is for another
-    instance (its key is not ``connector``). Bad input gives a result with ``error`` set, never an
-    exception: the engine must record the offset of a refused message as well."""
+    instance (its key is not ``connector``) or is a notification (Debezium's shape, ``aggregateType``
+    and ``additionalData``: an answer, never a signal). Bad input gives a result with ``error`` set,
+    never an exception: the engine must record the offset of a refused message as well."""
     if key is None or key != connector.encode("utf-8"):
         return None
     signal_id: str | None = None
     kind = UNKNOWN_KIND
     try:
         message = _json_object(value)
+        if "aggregateType" in message and "additionalData" in message:
+            return None
         raw_id = message.get("id")
         if raw_id is not None and (not isinstance(raw_id, str) or not raw_id.strip()):
             raise SignalError(f'"id" must be a non-empty string, got {_show(raw_id)}')

@@ -2,9 +2,12 @@
 
 Exactly once across crashes: the checkpoint stores the file's byte length at each commit; on start
 the file is truncated back to it, dropping anything written after the last checkpoint (those
-records are produced again by the replay from the checkpoint's GTID set). The last line left then
-holds the greatest ``seq`` (they only grow down the file): read from the end, it tells the engine
-whether the checkpoint's ``next_seq`` was already used (:meth:`JsonlSink.greatest_seq`).
+records are produced again by the replay from the checkpoint's GTID set). Before it is cut, the file
+must match the checkpoint (:meth:`JsonlSink.open_checked`): the line ending at that length is the
+record ``next_seq - 1`` (none for ``next_seq`` 1) and the one after it, if whole, ``next_seq``; any
+other cut would remove records nothing writes again. The last line left then holds the greatest
+``seq`` (they only grow down the file): read from the end, it tells the engine whether the
+checkpoint's ``next_seq`` was already used (:meth:`JsonlSink.greatest_seq`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from gtidsnap.core.errors import SinkError
+from gtidsnap.core.errors import OutputRefusedError, SinkError
 from gtidsnap.core.ports import HeldSeq
 from gtidsnap.core.records import Emitted, LineBodies, SnapshotColumns, encoded_line
 
@@ -38,7 +41,7 @@ class JsonlSink:
 
     def open(self, committed: Any) -> None:
         if committed is not None and (type(committed) is not int or committed < 0):
-            raise SinkError(
+            raise OutputRefusedError(
                 f"the checkpoint's sink position {str(committed)[:80]!r} is not a JSON-lines byte length "
                 "(was sink.type changed?): use the checkpoint that belongs to this output, or a new "
                 "checkpoint and sink.path"
@@ -49,8 +52,14 @@ class JsonlSink:
             with self.path.open("a"):
                 pass
             size = self.path.stat().st_size
+            if committed is None and size:
+                raise OutputRefusedError(
+                    f"{self.path} already holds {size:,} bytes of records but there is no checkpoint: a "
+                    "first run would cut it to nothing; restore the checkpoint, or move the output away to "
+                    "start over"
+                )
             if size < offset:
-                raise SinkError(
+                raise OutputRefusedError(
                     f"{self.path} has {size} bytes but the checkpoint says {offset} were committed: "
                     "the output was truncated or replaced; move the checkpoint away to start over"
                 )
@@ -59,6 +68,49 @@ class JsonlSink:
             self._committed = offset
         except OSError as exc:
             raise SinkError(f"cannot open {self.path}: {exc}") from exc
+
+    def open_checked(self, committed: Any, next_seq: int) -> str | None:
+        """:meth:`open` at ``committed`` if the file matches the checkpoint (see the module doc);
+        otherwise what differs, the file untouched."""
+        mismatch = self.cut_mismatch(committed, next_seq)
+        if mismatch is None:
+            self.open(committed)
+        return mismatch
+
+    def cut_mismatch(self, committed: Any, next_seq: int) -> str | None:
+        """Why cutting the file back to ``committed`` bytes does not fit ``next_seq`` (None: it fits,
+        or :meth:`open` has its own error for that position). Reads two lines; changes nothing."""
+        if type(committed) is not int or committed < 0:
+            return None
+        try:
+            with self.path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < committed:
+                    return None  # truncated or replaced: open says so
+                before = last_line(f, committed) if committed else None
+                f.seek(committed - 1 if committed else 0)
+                ends_line = not committed or f.read(1) == b"\n"
+                f.seek(committed)
+                after = f.read(TAIL_BLOCK).partition(b"\n")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"{self.path} cannot be read ({exc.strerror or exc})"
+        where = f"{self.path} at the checkpoint's position (byte {committed:,})"
+        if not ends_line:
+            return f"{where} is inside a line, not at a record's end"
+        held = line_seq(before) if before is not None else None
+        if committed and held != next_seq - 1:
+            return f"the record before {where} is {_seq_text(held)}, not next_seq - 1 = {next_seq - 1}"
+        if not committed and next_seq != 1:
+            return f"{where} holds no record before it, but the checkpoint's next_seq is {next_seq}, not 1"
+        following = line_seq(after[0]) if after[1] else None
+        if after[1] and following != next_seq:
+            return (
+                f"the record after {where} is {_seq_text(following)}, not next_seq = {next_seq}: cutting "
+                "there would remove records the checkpoint counts as written"
+            )
+        return None
 
     def greatest_seq(self) -> HeldSeq | None:
         """The ``seq`` of the last committed line (None: no line, or not a record's)."""
@@ -121,6 +173,10 @@ def last_line(file: BinaryIO, end: int, block: int = TAIL_BLOCK) -> bytes | None
     if last < 0:
         return None
     return tail[tail.rfind(b"\n", 0, last) + 1 : last]
+
+
+def _seq_text(seq: int | None) -> str:
+    return f"seq {seq}" if seq is not None else "not a record"
 
 
 def line_seq(line: bytes) -> int | None:

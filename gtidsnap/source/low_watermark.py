@@ -1,4 +1,4 @@
-"""A chunk's low watermark, read only once the chunk's SELECT is sure to see what the stream emitted.
+"""Waiting until a new read is sure to see what the stream emitted: a chunk's ``lw`` before its SELECT.
 
 Why wait: a server hands a transaction to binlog readers before a new read can see it. MySQL sends it
 to the binlog once the binlog is synced, then commits it in the engine, then adds its GTID to
@@ -9,17 +9,17 @@ the test servers under a one-row writer: the stream ran ahead of what a SELECT s
 changes (MariaDB); a chunk's ``lw`` missed a transaction the stream had processed once in 40
 integration runs (MySQL, the window refused it).
 
-So before ``lw`` is read, the replica's *visible* set (transactions a new read is sure to see:
+So before a chunk's SELECT, the replica's *visible* set (transactions a new read is sure to see:
 ``gtid_executed`` on MySQL, which grows after the engine commit; ``gtid_current_pos`` on a MariaDB
 replica, which grows after its applier commits) must cover every transaction the stream processed.
-It does within microseconds; this polls with a growing pause. ``lw`` itself may still name
-transactions a read does not see yet (MariaDB's ``gtid_binlog_pos``): the windows therefore remove
-the keys of every change they meet, in ``lw`` or not (:mod:`gtidsnap.snapshot.windows`).
+It does within microseconds; this polls with a growing pause.
 
-A chunk reader's window opens at the stream's position itself (no read on the engine's thread): the
-reader only waits here (:meth:`LowWatermark.ensure_visible`) until that position is visible, and the
-visible set it reads with each chunk's high watermark answers the next chunk's wait without a round
-trip unless the stream moved on past it.
+A chunk's window opens at the stream's position itself, its ``lw`` (no read on the engine's thread;
+:mod:`gtidsnap.snapshot.windows` is the algorithm): the reader only waits here
+(:meth:`LowWatermark.ensure_visible`) until that position is visible, and the visible set it reads
+with each chunk's high watermark answers the next chunk's wait without a round trip unless the stream
+moved on past it. :meth:`LowWatermark.read` waits the same way and returns the executed set (the
+snapshot's greatest key is read after it, on the planning thread's connection).
 
 A server whose visible set never covers the stream (a MariaDB that is not a replica and whose binlog
 holds other servers' GTIDs, say) would make every chunk wait: after ``timeout_s`` once, the run reads

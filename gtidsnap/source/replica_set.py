@@ -7,7 +7,7 @@ checkpoint (:func:`gtidsnap.core.replica_choice.judge`), waiting for one that la
 again for ``source.retry_for_s`` (a restart brings it back with nothing to move), then the others in
 their configured order. The run itself restarts its engine from the checkpoint on the replica chosen:
 open windows are read again, the stream resumes from the checkpoint's GTID set, and the output drops
-what the lost run wrote past the checkpoint, as after a crash (:mod:`gtidsnap.runner`).
+what the lost run wrote past the checkpoint, as after a crash (:mod:`gtidsnap.run`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from gtidsnap.core.checkpoint import Checkpoint, resume_verdict
-from gtidsnap.core.errors import CheckpointError, SourceError
+from gtidsnap.core.errors import CheckpointError, FatalSourceError, SourceError
 from gtidsnap.core.replica_choice import (
     Behind,
     Refused,
@@ -26,6 +26,8 @@ from gtidsnap.core.replica_choice import (
     behind_line,
     short,
 )
+from gtidsnap.core.source_identity import identity_problem
+from gtidsnap.source.binlog.transaction_stamps import shown_at
 from gtidsnap.source.connection import ConnectionSettings
 from gtidsnap.source.replica import Replica
 
@@ -60,13 +62,14 @@ class ReplicaSet:
         lost: ConnectionSettings | None = None,
         retry_lost: bool = True,
         retried_s: float = 0.0,
+        lost_why: str = "",
     ) -> Replica:
         """A connected replica that can serve ``resumed``. ``first``: one already connected, judged first;
         ``lost``: the replica that just failed, tried again for what is left of ``retry_for_s`` after
         ``retried_s`` (at least once; never when not ``retry_lost``: it refused for good) before the
-        others. Raises SourceError (retryable) naming
-        each replica and why it cannot serve, or CheckpointError when every one says the checkpoint
-        belongs to another server."""
+        others (``lost_why``: how it refused). Raises SourceError (retryable) naming each replica and why it
+        cannot serve; when every one refuses for good, CheckpointError (the checkpoint belongs to another
+        server) or FatalSourceError (not retryable: purged binlogs, a refused stream)."""
         problems: dict[str, Refused | str] = {}
         order = list(self.replicas)
         if first is not None:
@@ -78,7 +81,8 @@ class ReplicaSet:
                 if found is not None:
                     return found
             else:
-                problems[lost.describe()] = "refused the binlog stream (see above)"
+                why = f"{lost.describe()} refused the binlog stream" + (f": {lost_why}" if lost_why else "")
+                problems[lost.describe()] = Refused(why, start_over=False)
         for settings in order:
             if first is not None and settings == first.settings:
                 replica, first = first, None
@@ -156,31 +160,48 @@ class ReplicaSet:
 
 
 def judge_now(replica: Replica, checkpoint: Checkpoint | None) -> Verdict:
-    """Whether ``replica`` can serve ``checkpoint`` as it stands now (a first run: any replica can)."""
+    """Whether ``replica`` can serve ``checkpoint`` as it stands now (a first run: any replica can): by
+    its GTIDs, then, once they allow it, by what its binlog holds at the checkpoint's last transaction
+    (:mod:`gtidsnap.core.source_identity`: a replica of another primary is refused for good)."""
     if checkpoint is None:
         return Serves()
-    return resume_verdict(
-        checkpoint,
-        str(replica.flavor),
-        replica.applied(),
-        replica.purged(),
-        replica.describe(),
-        replica.identity(),
-    )
+    flavor, where = str(replica.flavor), replica.describe()
+    applied, purged = replica.applied(), replica.purged()
+    verdict = resume_verdict(checkpoint, flavor, applied, purged, where, replica.identity())
+    stamp = checkpoint.last_transaction
+    if not isinstance(verdict, Serves) or stamp is None:
+        return verdict
+    shown = shown_at(replica.settings, stamp, checkpoint.processed)
+    problem = identity_problem(stamp, shown, flavor, where)
+    if problem is not None:
+        return Refused(problem, start_over=True)
+    if shown.stamp is None:
+        log.info(
+            "%s cannot show the checkpoint's last transaction %s (%s); its GTIDs name the checkpoint's "
+            "primary (server UUID): accepted",
+            where,
+            stamp.gtid,
+            shown.why,
+        )
+    return verdict
 
 
 def _no_replica(problems: dict[str, Refused | str]) -> Exception:
-    """One error naming every replica tried and why it cannot serve the run."""
+    """One error naming every replica tried and why it cannot serve the run; retryable only while one of
+    them may yet serve (it did not answer, or lags): a refusal (another server's checkpoint, binlogs
+    purged, the stream refused) stays one, and the same command again would fail the same way."""
     if len(problems) == 1:
         ((where, problem),) = problems.items()
         if isinstance(problem, Refused):
-            return CheckpointError(problem.reason) if problem.start_over else SourceError(problem.reason)
+            return CheckpointError(problem.reason) if problem.start_over else FatalSourceError(problem.reason)
         return SourceError(f"the replica {where} cannot serve the run: {problem}")
     lines = "; ".join(
         f"{where}: {problem.reason if isinstance(problem, Refused) else problem}"
         for where, problem in problems.items()
     )
     refusals = [p for p in problems.values() if isinstance(p, Refused)]
-    if refusals and len(refusals) == len(problems) and all(p.start_over for p in refusals):
-        return CheckpointError(f"no replica of source.hosts can continue the checkpoint: {lines}")
+    if refusals and len(refusals) == len(problems):
+        if all(p.start_over for p in refusals):
+            return CheckpointError(f"no replica of source.hosts can continue the checkpoint: {lines}")
+        return FatalSourceError(f"no replica of source.hosts can continue the checkpoint: {lines}")
     return SourceError(f"no replica of source.hosts can serve the run now: {lines}")

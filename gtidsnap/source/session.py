@@ -24,13 +24,20 @@ Version = tuple[int, int, int]
 def open_session(
     settings: ConnectionSettings, read_timeout: float | None, known: tuple[Flavor, Version] | None
 ) -> tuple[pymysql.connections.Connection[Any], Flavor, Version]:
-    """A connected session, its server's flavour and version (``known``: not asked again)."""
+    """A connected session, its server's flavour and version (``known``: not asked again).
+
+    Everything until the session is ready (the TCP connect, the handshake, the login, the first
+    statements) answers within ``connect_timeout``: PyMySQL bounds only the TCP connect by it and the
+    rest by the read timeout (the statement limit and its margin, a minute by default), so a host that
+    accepts connections and never answers (a hung server, a proxy with no backend) held a run that long
+    before the next of ``source.hosts`` was tried. The session's own read timeout applies from then on."""
     try:
         conn = pymysql.connect(
             **settings.pymysql_kwargs(),
             autocommit=True,
             charset="utf8mb4",
-            read_timeout=read_timeout or None,
+            read_timeout=settings.connect_timeout,
+            write_timeout=settings.connect_timeout,
             init_command="SET time_zone = '+00:00'",
         )
     except pymysql.err.OperationalError as exc:
@@ -41,9 +48,15 @@ def open_session(
             _check_tls(conn, settings)
         flavor, version = known or _server_version(conn)
         _limit_statements(conn, settings, flavor, version)
+    except pymysql.err.OperationalError as exc:  # the first statements did not answer in time
+        conn.close()
+        error = _connect_error(settings, exc)
+        raise error from (exc if isinstance(error, SourceError) else None)
     except BaseException:
         conn.close()
         raise
+    conn._read_timeout = read_timeout or None  # the session's own from here on (PyMySQL sets it per read)
+    conn._write_timeout = None
     return conn, flavor, version
 
 
@@ -68,6 +81,11 @@ def _connect_error(settings: ConnectionSettings, exc: pymysql.err.OperationalErr
                 f"(source.tls = verify_identity checks it): {text}"
             )
         return ConfigError(f"the TLS certificate of the replica {where} is not signed by {ca}: {text}")
+    if "timed out" in text:
+        return SourceError(
+            f"cannot connect to the replica {where}: no answer within source.connect_timeout_s "
+            f"({settings.connect_timeout:g} s): {text}"
+        )
     return SourceError(f"cannot connect to the replica {where}: {text}")
 
 

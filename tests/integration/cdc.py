@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 import pymysql
 import pytest
 
+from gtidsnap.config.cpus import default_readers
 from gtidsnap.config.loading import Config, SinkSettings, SnapshotSettings
-from gtidsnap.config.settings import default_readers
 from gtidsnap.core.model import TableId
 from gtidsnap.core.run_stats import RunStats
 from gtidsnap.engine.loop import Engine
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.source.connection import ConnectionSettings, Secret
 from gtidsnap.source.replica import Replica
 from tests.integration.fixtures.db_servers import READER, ReplicaPair

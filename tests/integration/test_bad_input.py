@@ -17,9 +17,11 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ import pytest
 
 from gtidsnap.cli.app import main
 from gtidsnap.core.gtid import parse_gtid_set
+from tests.fakes import resealed
 from tests.integration.cdc import (
     REPO,
     check_invariants,
@@ -258,7 +261,7 @@ CONFIG_CASES: list[Case] = [
         {},
         [*RUN, "-c", "{dir}/c.toml"],
         1,
-        ["connect_timeout_s", "more than 0"],
+        ["connect_timeout_s", "from 0.1 to 3600"],
     ),
     (
         "negative heartbeat",
@@ -341,6 +344,46 @@ CONFIG_CASES: list[Case] = [
         ["not UTF-8"],
     ),
     ("config is a folder", {"folder/x": ""}, {}, [*RUN, "-c", "{dir}/folder"], 1, ["is a folder"]),
+    (  # each answer was read as a signal, refused and answered: the topic grew without end
+        "notifications on the signal topic",
+        {"c.toml": "[signals]\nbootstrap = '127.0.0.1:1'\nnotifications_topic = 'gtidsnap-signals'\n"},
+        {},
+        ["check", "-c", "{dir}/c.toml"],
+        1,
+        ["signals.notifications_topic = 'gtidsnap-signals' is the signal topic"],
+    ),
+    (
+        "notifications without brokers",
+        {"c.toml": "[signals]\nnotifications_topic = 'answers'\n"},
+        {},
+        ["check", "-c", "{dir}/c.toml"],
+        1,
+        ["needs signals.bootstrap"],
+    ),
+    (
+        "catalog names on a json-lines output",
+        {"c.toml": "[sink]\ndatabase = 'cdc'\n"},
+        {},
+        [*RUN_T, "-c", "{dir}/c.toml"],
+        1,
+        ["sink.database = 'cdc' is a setting of a Delta output", "sink.type = jsonl"],
+    ),
+    (
+        "catalog name with a space",
+        {"c.toml": "[sink]\ntype = 'delta'\ndatabase = 'my db'\n"},
+        {},
+        ["check", "-c", "{dir}/c.toml"],
+        1,
+        ["sink.database", "'my db'", "no spaces, dots"],
+    ),
+    (
+        "duplicate hosts",
+        {},
+        {"GTIDSNAP_SOURCE_HOST": None, "GTIDSNAP_SOURCE_PORT": None, "GTIDSNAP_SOURCE_HOSTS": "h:1,h:1"},
+        ["check"],
+        1,
+        ["GTIDSNAP_SOURCE_HOSTS", "names the replica 'h:1' again"],
+    ),
     ("config missing", {}, {}, [*RUN, "-c", "{dir}/absent.toml"], 1, ["does not exist"]),
     (
         "markup in a section name",
@@ -531,6 +574,22 @@ FLAG_CASES: list[Case] = [
     ),
     ("no broker configured", {}, {}, ["snapshot", "pause"], 1, ["no signal topic configured"]),
     ("no broker listening", {}, {}, ["snapshot", "pause", "--bootstrap", "127.0.0.1:1"], 1, ["127.0.0.1:1"]),
+    (  # it sent the signal, then exited 1: refused before anything is sent now
+        "wait negative",
+        {},
+        {},
+        ["snapshot", "pause", "--bootstrap", "127.0.0.1:1", "--wait", "-1"],
+        2,
+        ["--wait -1.0 must be more than 0", "nothing was sent"],
+    ),
+    (
+        "wait nan",
+        {},
+        {},
+        ["snapshot", "pause", "--bootstrap", "127.0.0.1:1", "--wait", "nan"],
+        2,
+        ["--wait nan"],
+    ),
     ("chunk size not a number", {}, {}, [*RUN_T, "--chunk-size", "abc"], 2, []),
 ]
 CHECKPOINT_CASES: list[Case] = [
@@ -585,8 +644,16 @@ def fill(text: str, stage: Stage, where: Path) -> str:
     return text.replace("{db}", stage.db).replace("{dir}", str(where)).replace("{base}", str(stage.base))
 
 
+MAY_PASS = {
+    "nothing listens",
+    "a checkpoint far ahead (lag)",
+}  # the only cases whose error may pass by itself: "the same command again"
+RETRY_HINT = "this may pass: the same command again is safe"
+
+
 def check_refused(result: Result, code: int, expected: list[str], stage: Stage, case: str) -> None:
-    """Exit status, no traceback, no password, and exactly one ``error:`` line naming the problem.
+    """Exit status, no traceback, no password, and exactly one ``error:`` line naming the problem; the
+    hint that the same command again is safe only where the error may pass by itself.
 
     ``check`` lists its problems under that line; the command line parser's own usage errors (typer)
     print a box instead, in which the expected words are looked for."""
@@ -594,6 +661,7 @@ def check_refused(result: Result, code: int, expected: list[str], stage: Stage, 
     assert "Traceback" not in shown, f"{case}: a traceback\n{result.err}"
     assert "gtidsnap-test-pw" not in shown, f"{case}: the password was printed"
     assert result.code == code, f"{case}: exit {result.code}, not {code}\n{result.err}"
+    assert (RETRY_HINT in shown) is (case in MAY_PASS), f"{case}: the retry hint is wrong\n{result.err}"
     lines = result.error_lines()
     usage_error = code == 2 and not lines
     if not usage_error:
@@ -643,7 +711,8 @@ def test_edited_checkpoint_is_refused_and_the_output_kept(
             del data[field]
         else:
             data[field] = value.replace("{domain}", domain) if isinstance(value, str) else value
-    (work / "checkpoint.json").write_text(json.dumps(data), encoding="utf-8")
+    # re-digested, as a checkpoint of another output or version would be: the checks past the digest
+    (work / "checkpoint.json").write_text(json.dumps(resealed(data)), encoding="utf-8")
     before = fingerprint(work)
     result = run_cli(stage.good_args(work), stage.env, capsys)
     check_refused(result, 1, expected, stage, name)
@@ -654,21 +723,24 @@ def test_edited_checkpoint_is_refused_and_the_output_kept(
 def test_a_lowered_next_seq_is_refused_and_the_output_kept(
     below: int, stage: Stage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """next_seq edited down (by one: the last line's own seq, or by many) would number the next records
-    like ones the output holds: refused once the output is open, naming both numbers and what to do;
-    the output and the checkpoint stay as they were, and the checkpoint put back runs."""
+    """next_seq lowered (by one: the last line's own seq, or by many; in a checkpoint whose digest
+    matches, as another output's) would number the next records like ones the output holds: refused
+    before the output is cut, naming what differs and what to do; the output and the checkpoint stay as
+    they were, and the checkpoint put back runs."""
     work = stage.copy(tmp_path / "work")
     data = json.loads((work / "checkpoint.json").read_text(encoding="utf-8"))
     output = work / "changes.jsonl"
     last = json.loads(output.read_bytes().splitlines()[-1])["seq"]
     assert data["next_seq"] == last + 1 and last >= below
     lowered = last + 1 - below
-    (work / "checkpoint.json").write_text(json.dumps({**data, "next_seq": lowered}), encoding="utf-8")
+    edited = resealed({**data, "next_seq": lowered})
+    (work / "checkpoint.json").write_text(json.dumps(edited), encoding="utf-8")
     before = fingerprint(work)
     result = run_cli(stage.good_args(work), stage.env, capsys)
     expected = [
-        f"checkpoint {work / 'checkpoint.json'} cannot be continued",
-        f"{output} already holds records up to seq {last} but the checkpoint's next_seq is {lowered}",
+        f"checkpoint {work / 'checkpoint.json'} does not match its output",
+        f"the record before {output} at the checkpoint's position",
+        f"is seq {last}, not next_seq - 1 = {lowered - 1}",
         "use the checkpoint that belongs to this output",
         "to start over",
     ]
@@ -746,7 +818,8 @@ def test_checkpoint_of_purged_transactions_is_refused(
 ) -> None:
     """A checkpoint whose next transactions the replica's binlog no longer holds stops the run with what
     happened and what to do, and leaves the output alone (binlogs purged on the replica, as an admin
-    with binlog_expire_logs_seconds would)."""
+    with binlog_expire_logs_seconds would); the run does not say the same command again may pass (it
+    would fail the same way), and ``check`` says the replica is not ready and exits 1 (it said ok)."""
     execute(pair, fresh_db, "CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL, payload VARCHAR(64))")
     env = reader_env(pair)
     args = stream_args(tmp_path)
@@ -755,7 +828,11 @@ def test_checkpoint_of_purged_transactions_is_refused(
     purge_binlogs(pair)
     before = fingerprint(tmp_path)
     result = run_cli(args, env, capsys)
-    check_refused_line(result, ["purged binlogs", "snapshot the tables again"])
+    check_refused_line(result, ["purged", "snapshot the tables again"])
+    assert RETRY_HINT not in result.err, result.err
+    checked = run_cli(["check", "--checkpoint", str(tmp_path / "checkpoint.json")], env, capsys)
+    assert checked.code == 1 and "ready for gtidsnap" not in checked.out, checked.out + checked.err
+    check_refused_line(checked, ["not ready: checkpoint", "cannot be continued on", "purged"])
     assert fingerprint(tmp_path) == before
 
 
@@ -789,7 +866,7 @@ def test_checkpoint_of_another_server_is_refused(
     other = "9-9-9" if pair.flavor == "mariadb" else "11111111-2222-3333-4444-555555555555:1-9"
     processed = parse_gtid_set(pair.flavor, data["processed"]) | parse_gtid_set(pair.flavor, other)
     data["processed"] = str(processed)
-    (tmp_path / "checkpoint.json").write_text(json.dumps(data), encoding="utf-8")
+    (tmp_path / "checkpoint.json").write_text(json.dumps(resealed(data)), encoding="utf-8")
     before = fingerprint(tmp_path)
     result = run_cli(args, env, capsys)
     check_refused_line(result, ["has not executed", "another server"])
@@ -830,3 +907,66 @@ def test_statement_over_the_time_limit_is_stopped_by_the_server(pair: ReplicaPai
             replica._query(f"SELECT id FROM `{fresh_db}`.t WHERE SLEEP(1) = 0", [], "a slow read")
         assert "\n" not in str(stopped.value)
         assert replica.executed(), "the session is still usable after the stopped statement"
+
+
+# ----------------------------------------------------------------------------- source.hosts
+
+SILENT_TIMEOUT_S = 2.0
+
+
+@contextmanager
+def silent_listener() -> Iterator[str]:
+    """``127.0.0.1:PORT`` of a socket that listens and never accepts: the kernel completes each TCP
+    handshake into its backlog, and nothing ever answers (a hung server, a proxy without a backend)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_silent_first_host_costs_connect_timeout_then_the_next_is_tried(
+    stage: Stage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hosts = [silent listener, replica]``, ``connect_timeout_s = 2``: the run held 60-72 s on the first
+    host whatever connect_timeout_s said, and check gave up after 62 s without trying the second. Now the
+    handshake and the first statements answer within connect_timeout_s: the run continues on the replica
+    and check says the silent host does not answer, the replica is ready, within a few timeouts."""
+    with silent_listener() as silent:
+        env = stage.env | {
+            "GTIDSNAP_SOURCE_HOST": None,
+            "GTIDSNAP_SOURCE_PORT": None,
+            "GTIDSNAP_SOURCE_HOSTS": f"{silent},{stage.pair.host}:{stage.pair.replica_port}",
+            "GTIDSNAP_SOURCE_CONNECT_TIMEOUT_S": str(SILENT_TIMEOUT_S),
+        }
+        started = time.monotonic()
+        ran = run_cli(stream_args(tmp_path), env, capsys)  # a first run: no checkpoint an earlier test spoilt
+        ran_s = time.monotonic() - started
+        assert ran.code == 0, ran.err
+        started = time.monotonic()
+        checked = run_cli(["check", "--checkpoint", str(tmp_path / "checkpoint.json")], env, capsys)
+        checked_s = time.monotonic() - started
+    assert ran_s < 30 and checked_s < 20, f"run {ran_s:.0f} s, check {checked_s:.0f} s"
+    assert checked.code == 0, checked.out + checked.err
+    said = checked.err.replace("\n", " ")  # the console wraps long lines
+    assert f"gtidsnap@{silent} does not answer" in said, checked.err
+    assert "no answer within source.connect_timeout_s" in said, checked.err
+    assert "ready for gtidsnap" in checked.out and str(stage.pair.replica_port) in checked.out, checked.out
+
+
+def test_check_refuses_hosts_of_two_flavours(
+    stage: Stage, mysql_pair: ReplicaPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Replicas of one run must be of one primary: a MariaDB and a MySQL replica in one list passed."""
+    hosts = f"{stage.pair.host}:{stage.pair.replica_port},{mysql_pair.host}:{mysql_pair.replica_port}"
+    env = stage.env | {
+        "GTIDSNAP_SOURCE_HOST": None,
+        "GTIDSNAP_SOURCE_PORT": None,
+        "GTIDSNAP_SOURCE_HOSTS": hosts,
+    }
+    checked = run_cli(["check", "--checkpoint", str(tmp_path / "checkpoint.json")], env, capsys)
+    assert checked.code == 1 and "Traceback" not in checked.err, checked.err
+    lines = checked.error_lines()
+    assert len(lines) == 1 and "source.hosts mixes servers of different flavours (mariadb at" in lines[0], (
+        lines
+    )
+    assert "mysql at" in lines[0] and "of one primary" in lines[0]

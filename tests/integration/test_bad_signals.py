@@ -13,18 +13,34 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gtidsnap.cli.app import main
+from gtidsnap.config.settings import SignalSettings
+from gtidsnap.core.commands import Shutdown
 from gtidsnap.core.model import TableId
+from gtidsnap.run import SignalHook, build_engine
+from gtidsnap.signals.notifier import Notifier, tail
 from gtidsnap.signals.protocol import MAX_MESSAGE_BYTES
-from tests.integration.cdc import check_invariants, execute, source_rows
+from gtidsnap.source.replica import Replica
+from tests.integration.cdc import check_invariants, execute, make_config, source_rows
 from tests.integration.fixtures.db_servers import ReplicaPair, fresh_database
 from tests.integration.fixtures.kafka_server import KafkaBroker
-from tests.integration.test_signals import CONNECTOR, history, produce_raw, progress, records, running
+from tests.integration.test_signals import (
+    CONNECTOR,
+    WAIT_S,
+    Running,
+    history,
+    produce_raw,
+    progress,
+    records,
+    running,
+    send,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -270,3 +286,50 @@ def test_a_slow_filter_delays_its_snapshot_never_the_stream(
         ]
         assert len(lags) >= 5, "the snapshot was over before the stream could be measured"
         assert max(lags) < STREAM_LAG_S, f"a slow filter stalled the stream {max(lags):.1f} s"
+
+
+def test_notifications_on_the_signal_topic_are_never_read_as_signals(
+    mariadb_pair: ReplicaPair, kafka_broker: KafkaBroker, kafka_topic: str, tmp_path: Path
+) -> None:
+    """The issue: with ``notifications_topic`` equal to the signal topic, one ``snapshot pause`` made the
+    topic grow 4 -> 9 -> 13 -> 17 every 8 s, each answer read as a signal, refused and answered. The config
+    refuses that pair now (test_bad_input); should notifications reach a signal topic anyway (a Config built
+    in code, as here, or another instance's), the consumer never acts on one: a pause and then a resume get
+    one answer each, and the history holds those two signals only (the resume is read after the pause's
+    answer, so by then the answer was read and skipped)."""
+    config = replace(
+        make_config(mariadb_pair, tmp_path, heartbeat_s=0.1),
+        signals=SignalSettings(
+            bootstrap=kafka_broker.bootstrap,
+            topic=kafka_topic,
+            connector=CONNECTOR,
+            notifications_topic=kafka_topic,
+        ),
+    )
+    hook = SignalHook(config.signals)
+    notifier = Notifier(config.signals).start()  # what runner refuses: built here on purpose
+    with Replica(config.source) as replica:
+        run = Running(build_engine(config, replica, on_started=hook, notifier=notifier), hook)
+        run.thread.start()
+        try:
+            run.wait("the signal consumer", lambda: hook.consumer and hook.consumer.assigned.is_set())
+            pause = send(kafka_broker, kafka_topic, "pause")
+            assert run.done(tmp_path, pause) == "done"
+            answered = run.wait(
+                "the pause's answer on the topic",
+                lambda: [
+                    n
+                    for n in tail(config.signals, 100)
+                    if n.get("additionalData", {}).get("signal_id") == pause
+                ],
+            )
+            assert [n["type"] for n in answered] == ["PAUSED"]
+            resume = send(kafka_broker, kafka_topic, "resume")
+            assert run.done(tmp_path, resume) == "done"
+        finally:
+            run.engine.commands.put(Shutdown())
+            run.thread.join(WAIT_S)
+            hook.stop()
+            notifier.stop()
+    assert run.error is None, run.error
+    assert [(h.id, h.outcome) for h in history(tmp_path)] == [(pause, "done"), (resume, "done")]

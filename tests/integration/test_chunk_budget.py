@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gtidsnap.core.model import TableId
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.snapshot import chunk_budget
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import check_invariants, execute, make_config, read_records, source_rows

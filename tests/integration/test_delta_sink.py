@@ -30,15 +30,15 @@ from gtidsnap.core.ports import HeldSeq
 from gtidsnap.core.records import Record
 from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.engine.checkpoint_store import open_at
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.sinks.delta import (
     DeltaSink,
     changelog_path,
     current_state,
     list_tables,
     mirror_path,
-    mirror_writes,
 )
+from gtidsnap.sinks.delta.mirror import update as mirror_update
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (
     Writer,
@@ -169,7 +169,7 @@ def test_merge_rules_idempotent_retry_cdf_changelog_and_schema_changes(
 
     # a MERGE by Spark, or (changes alone, no column added) by rewriting the files it touches
     monkeypatch.setattr(sink.tables, "merge_frame", flaky(sink.tables.merge_frame))
-    monkeypatch.setattr(mirror_writes, "rewrite_merge", flaky(mirror_writes.rewrite_merge))
+    monkeypatch.setattr(mirror_update, "rewrite_merge", flaky(mirror_update.rewrite_merge))
     with pytest.raises(SinkError, match=r"batch 2 of shop\.orders .*storage went away"):
         sink.commit()
     with pytest.raises(SinkError, match="retry commit"):
@@ -915,7 +915,7 @@ def test_mirror_job_merges_only_checkpointed_changelog_batches(spark: SparkSessi
     it never reads a batch above gtidsnap's checkpoint (an undone batch comes back with other values
     under the same _seq); it widens a column the changelog widened, takes a new column, and a pass
     with nothing new writes nothing. current_state reads the changelog while no mirror exists."""
-    from gtidsnap.sinks.delta.mirror_job import merge_mirrors
+    from gtidsnap.sinks.delta.mirror.job import merge_mirrors
 
     def with_n(kind: str) -> TableSchema:
         return TableSchema(ORDERS, (ID, NAME, AMOUNT, TAGS, DOC, Column("n", kind, f"{kind}(11)")), ("id",))
@@ -996,7 +996,7 @@ def test_staged_splits_go_in_without_the_rows_their_windows_dropped(
 
     from gtidsnap.sinks.arrow_columns import POSITION
     from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn
-    from gtidsnap.sinks.delta.mirror_files import staged_keys_of
+    from gtidsnap.sinks.delta.mirror.file_appends import staged_keys_of
     from gtidsnap.sinks.delta.staged_frames import staged_frame
     from gtidsnap.sinks.delta.staging import StagedFile
 

@@ -14,7 +14,7 @@ import pymysql
 import pytest
 
 from gtidsnap.core.model import TableId
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.source.connection import Secret
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (

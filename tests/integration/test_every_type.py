@@ -38,7 +38,7 @@ import pytest
 from gtidsnap.core.commands import Shutdown
 from gtidsnap.core.errors import SchemaError
 from gtidsnap.core.model import TableId
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.source.binlog import row_images
 from gtidsnap.source.chunk_sql import chunk_query
 from gtidsnap.source.replica import Replica

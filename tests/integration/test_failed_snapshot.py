@@ -10,7 +10,7 @@ import pytest
 
 from gtidsnap.core.commands import StartSnapshot
 from gtidsnap.core.model import TableId
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import create_table, make_config, read_records, run_engine
 from tests.integration.fixtures.db_servers import ReplicaPair

@@ -28,7 +28,7 @@ from gtidsnap.core.plan import TableProgress
 from gtidsnap.core.signal_ledger import SignalOutcome
 from gtidsnap.engine.checkpoint_store import CheckpointStore
 from gtidsnap.engine.loop import Engine
-from gtidsnap.runner import SignalHook, build_engine
+from gtidsnap.run import SignalHook, build_engine
 from gtidsnap.signals import consumer as signals_module
 from gtidsnap.signals.kafka import send_signal
 from gtidsnap.signals.protocol import build_message

@@ -17,7 +17,7 @@ import pytest
 from gtidsnap.config.loading import Config, SnapshotSettings
 from gtidsnap.core.model import TableId
 from gtidsnap.core.ports import ChunkJob
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.snapshot.spark_readers import SparkChunkReaders
 from gtidsnap.source.replica import Replica
 from tests.integration.cdc import (

@@ -8,11 +8,16 @@ any other byte becomes ``~hh``, so ``shop.order-items`` stays readable and no na
     <path>/<db>/<table>.changelog   changelog (sink.changelog): every record appended, its row
                                     (the before image for deletes) + _op, _seq, _gtid, _source_ts,
                                     _snapshot
+    <path>/<db>/<table>.history     history (sink.history): SCD type 2, kept from the changelog
+    <path>/_gtidsnap_points         the point each checkpoint stands for (consistent_points)
+
+A captured table's tables are created, empty, as soon as the run has its shape (before its first
+record), so consumers can start reading with the capture.
 
 Mirror rules. Streamed changes wait for the mirror's MERGE (every ``sink.merge_interval_s``, the
 changelog holding them meanwhile), reduced to the last change per key; snapshot rows are staged as
 Parquet and APPENDed in bulk where the mirror cannot hold their key (see
-:mod:`gtidsnap.sinks.delta.mirror_update` for the rule, and docs/design.md for what it costs). A change
+:mod:`gtidsnap.sinks.delta.mirror.rule` for the rule, and docs/design.md for what it costs). A change
 applies only when its ``_seq`` is greater than the row's, so nothing replayed or stale rewinds a row. A
 delete removes the row. An update that changes the primary key deletes the old key and writes the new
 one (in the changelog it is a ``d`` row with the before image and a ``c`` row with the after image,
@@ -24,56 +29,23 @@ it. A type change keeps the Delta type when it still holds every value, widens t
 type widening, enabled on the table when first needed) when Delta supports it, and otherwise stops
 with a :class:`SinkError` naming the table and the column (see :mod:`gtidsnap.sinks.delta.widening`).
 
-Exactly once across crashes. The engine calls :meth:`DeltaSink.commit` and then saves its checkpoint
-with the returned position ``{"delta_batch": N, "staged": [...], "changelog_appends": [...]}`` (the
-staged snapshot files not yet in their mirrors, the changelog rows of batch N written as data files but
-not committed); a crash can fall between the two, or in the middle of a commit that writes several
-tables.
+Exactly once across crashes (batch numbers in the commits' metadata, changelogs only appended once
+their checkpoint is saved, mirrors updated from checkpointed data, the undo of uncheckpointed batches
+when the sink opens, and the caveats): docs/design.md, "Exactly once into Delta", is the one account;
+:mod:`gtidsnap.sinks.delta.changelog_appends` and :mod:`gtidsnap.sinks.delta.recovery` are the code.
 
-* Every commit is batch N = previous + 1 and carries the user metadata ``{"gtidsnap_batch": N}``.
-* The changelogs are only ever appended to (:mod:`gtidsnap.sinks.delta.changelog_appends`): batch N's
-  changelog rows are committed once the checkpoint naming them is saved (the engine reports it,
-  :meth:`DeltaSink.checkpointed`), so a changelog never holds a batch above the checkpoint. A run that
-  stopped before committing them finds them in its checkpoint and commits them when the sink opens,
-  unless the changelog already holds batch N. A Structured Streaming reader of a changelog needs no
-  ``skipChangeCommits``.
-* ``open(committed)`` walks the recent history of every table under the path. Mirror commits of
-  batches above the checkpoint's (made by the batch itself: no changelog, or a sink driven by your
-  own code, whose changelog appends are made in the batch, with ``txnAppId`` = the app id and
-  ``txnVersion`` = N, so a retried ``commit()`` never applies a table twice) come from a run whose
-  checkpoint was never saved; that run's records are replayed from the checkpoint (as new records,
-  possibly different: a chunk can be read at another point), so the table's rows are first put back
-  as they were just before the first such commit, in one commit tagged
-  ``{"gtidsnap_undo": {"to_version": V, ...}}``: a mirror is MERGEd with each changed key's row
-  as of V, taken from its Change Data Feed (so CDF readers see exactly the rows put back); a changelog
-  written by the batch loses the rows appended since V (``_seq`` above its greatest at V). Should that
-  fail, Delta's RESTORE does the same at the file level. A crash during recovery just repeats it on
-  the next start.
-* Batch numbers are never reused: after recovery the next batch is above every batch number found.
-  Positions only increase.
-* After recovery the sink knows the greatest ``_seq`` the tables hold, cheaply: the changelogs' file
-  statistics, the mirrors' watermarks, the staged files the checkpoint names
-  (:meth:`DeltaSink.greatest_seq`); the engine refuses a checkpoint whose ``next_seq`` is not above it.
-
-Caveats: Change Data Feed readers of a mirror updated by its batch (no changelog) see the undone
-batch's changes, then their undo, then the replay; a background mirror update (the default) holds
-checkpointed data only and is never undone. Delta reads no feed across a widened column type (read the
-versions before and after apart). A changelog's data file written for a batch whose checkpoint was
-never saved is in no commit: no reader sees it, VACUUM removes it.
-Tables are created empty, as their own first version, so a table created by an undone batch is left
-empty. The mirror records its key in the table property ``gtidsnap.key``; a changed primary key at the
-source is refused (move the tables away and snapshot again). VACUUM must keep files for longer than a
-checkpoint interval (the default 168 hours is plenty), or the versions an undo reads may be gone.
-
-The package, one concern per module: ``layout`` (names, paths, the tables under a path), ``session``
-(Spark start-up of the Spark jobs), ``columns`` (the column plan of a write), ``change_rows`` (a
-batch's rows as Arrow), ``staging`` (snapshot rows staged until appended), ``mirror_update`` (the rule
-of a mirror's update) and ``mirror_writes`` (it, in Spark), ``batch_writes`` (a table's part of a
-batch), ``changelog_appends`` (the changelog committed after its checkpoint), ``position`` (the
-sink's position in a checkpoint), ``recovery`` (the undo when the sink opens, and the greatest
-``_seq`` then held), ``catch_up`` (watermarks, the changelog's records a mirror lacks,
+The package, one concern per module: ``layout`` (names, paths, the tables under a path),
+``spark_session`` (Spark start-up, for the sink and the Spark jobs), ``columns`` (the column plan of a
+write), ``change_rows`` (a batch's rows as Arrow), ``staging`` (snapshot rows staged until appended),
+``mirror`` (a table's mirror: when it is updated, the rule, and how, in Spark or by files), ``batch_writes``
+(a table's part of a batch), ``changelog_appends`` (the changelog committed after its checkpoint),
+``position`` (the sink's position in a checkpoint), ``recovery`` (the undo when the sink opens, and the
+greatest ``_seq`` then held), ``catch_up`` (watermarks, the changelog's records a mirror lacks,
 ``current_state``), ``sink`` (:class:`DeltaSink`), ``tables`` and ``writes`` (its Delta writes),
-``util`` (what several of them share).
+``history`` and ``history_keeper`` (the SCD type 2 tables), ``consistent_points`` (every table read at
+one recorded point), ``file_commits`` (data files written by pyarrow, committed as they are),
+``jvm_delta`` (Delta's internal JVM API, the one module that calls it, and the version gate that turns
+the fast paths off on an untested Delta), ``util`` (what several of them share).
 """
 
 from __future__ import annotations
@@ -101,8 +73,8 @@ if TYPE_CHECKING:
     from gtidsnap.sinks.delta.catch_up import current_state, current_state_of
     from gtidsnap.sinks.delta.columns import ColumnPlan, PlannedColumn, plan_columns
     from gtidsnap.sinks.delta.position import POSITION_KEY
-    from gtidsnap.sinks.delta.session import job_spark_session
     from gtidsnap.sinks.delta.sink import DeltaSink
+    from gtidsnap.sinks.delta.spark_session import job_spark_session
 
 # The names that need pyspark, imported on first use: a chunk reader process imports this package's
 # staging module and must not pay for Spark (~40 MB of RSS and a second of start-up).
@@ -112,7 +84,7 @@ _HOMES = {
     "ColumnPlan": "gtidsnap.sinks.delta.columns",
     "PlannedColumn": "gtidsnap.sinks.delta.columns",
     "plan_columns": "gtidsnap.sinks.delta.columns",
-    "job_spark_session": "gtidsnap.sinks.delta.session",
+    "job_spark_session": "gtidsnap.sinks.delta.spark_session",
     "POSITION_KEY": "gtidsnap.sinks.delta.position",
     "DeltaSink": "gtidsnap.sinks.delta.sink",
 }

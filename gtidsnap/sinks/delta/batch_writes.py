@@ -1,6 +1,6 @@
 """One table's part of a Delta batch: its changelog rows appended, its snapshot rows staged (or, from
 remote readers, named where they were staged), its streamed changes handed with them to its mirror's
-keeper (:mod:`gtidsnap.sinks.delta.mirror_keeper` decides when the mirror takes them)."""
+keeper (:mod:`gtidsnap.sinks.delta.mirror.keeper` decides when the mirror takes them)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gtidsnap.config.loading import SinkSettings
 from gtidsnap.core.crashpoints import crash_point
@@ -21,13 +22,15 @@ from gtidsnap.core.schema import Column, TableSchema
 from gtidsnap.sinks.arrow_columns import StagedRows
 from gtidsnap.sinks.delta import staging
 from gtidsnap.sinks.delta import types as delta_types
+from gtidsnap.sinks.delta.catch_up import FIRST_SEQ
 from gtidsnap.sinks.delta.change_rows import conformed, plan_schema, record_rows, snapshot_rows
 from gtidsnap.sinks.delta.changelog_appends import LogAppend
 from gtidsnap.sinks.delta.columns import ColumnPlan
 from gtidsnap.sinks.delta.file_commits import write_data_file
-from gtidsnap.sinks.delta.layout import changelog_path, mirror_path
-from gtidsnap.sinks.delta.mirror_files import staged_mirror_rows
-from gtidsnap.sinks.delta.mirror_keeper import Handover
+from gtidsnap.sinks.delta.history import create_history
+from gtidsnap.sinks.delta.layout import DeltaTableRef, changelog_path, history_path, mirror_path
+from gtidsnap.sinks.delta.mirror.file_appends import staged_mirror_rows
+from gtidsnap.sinks.delta.mirror.keeper import Handover
 from gtidsnap.sinks.delta.staged_frames import staged_frame
 from gtidsnap.sinks.delta.streamed_rows import StreamedRows
 from gtidsnap.sinks.delta.tables import DeltaTables, Shape, stats_columns
@@ -93,6 +96,29 @@ class TableWriter:
         known = self._seen.setdefault(table, {})
         known.update(seen)
         return Shape(schema, dict(known))
+
+    def create(self, table: TableId, schema: TableSchema) -> list[DeltaTableRef]:
+        """The tables of ``table`` consumers read, created empty where missing (the mirror, the changelog
+        and its history, as the settings keep them): a batch's writes find them as they would have
+        made them. Those that exist now."""
+        seen = {c.name: c for c in schema.columns}
+        made: list[DeltaTableRef] = []
+        if self.keeps_mirrors:
+            path, shape = mirror_path(self.root, table), self.mirror_shape(table, schema, seen)
+            self.tables.prepare(table, path, shape, delta_types.MIRROR_META, cdf=True)
+            made.append(DeltaTableRef(table, "mirror", path))
+        if self.settings.changelog:
+            path = changelog_path(self.root, table)
+            self.tables.prepare(table, path, Shape(schema, seen), delta_types.CHANGELOG_META, cdf=False)
+            made.append(DeltaTableRef(table, "changelog", path))
+            history = history_path(self.root, table)
+            if self.settings.history and self.tables.delta_schema(history) is None:
+                logged = self.tables.delta_schema(path)
+                assert logged is not None
+                create_history(self.spark, history, table, schema.key, logged)
+            if self.settings.history:
+                made.append(DeltaTableRef(table, "history", history))
+        return made
 
     def write(self, table: TableId, part: Pending, batch: int) -> Handover | None:
         """One table's part of a batch: its changelog rows appended, its snapshot rows staged; what it
@@ -160,7 +186,11 @@ class TableWriter:
             self._write_log_files(table, path, plan, schema, parts, splits, shape.schema.key, batch)
             crash_point("delta-after-changelog")
             return changes
-        meta = {"gtidsnap_batch": batch, "app_id": self.app_id}
+        meta: dict[str, Any] = {"gtidsnap_batch": batch, "app_id": self.app_id}
+        firsts = [c.first_seq for c in splits]
+        firsts += [pc.min(p.column("_seq")).as_py() for p in parts if p.num_rows]
+        if firsts:  # the lowest _seq it writes (recovery never undoes one below a checkpoint's next_seq)
+            meta[FIRST_SEQ] = int(min(firsts))
         if splits:  # read by Spark from where the remote readers staged them
             files = [
                 staging.staged_split(table, c.rows, c.first_seq, c.source_ts, c.fresh)

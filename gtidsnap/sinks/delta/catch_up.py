@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 MERGED_SEQ = "gtidsnap_merged_seq"
 STAGED_SEQ = "gtidsnap_staged_seq"  # staged snapshot rows up to this _seq are in the mirror
-MIRROR_UPDATE = "gtidsnap_mirror"  # a background update of checkpointed data, never undone (mirror_keeper)
+MIRROR_UPDATE = "gtidsnap_mirror"  # a background update of checkpointed data, never undone (mirror.keeper)
+FIRST_SEQ = "gtidsnap_first_seq"  # the lowest _seq a commit wrote (recovery undoes none below next_seq)
 MIRROR_JOB = "gtidsnap_mirror_job"  # user metadata of a commit of the mirror job (spark/mirror_job.py)
 NOTHING_WAITS = -1  # the watermark of a mirror written before merges were deferred: nothing to catch up
 
@@ -90,10 +91,11 @@ def changelog_after(
     key: Sequence[str],
     after: int | None,
     version: int | None = None,
+    before: int | None = None,
 ) -> DataFrame:
-    """The changelog's records above ``after`` (as of ``version``, default the newest), the newest per
-    key, shaped as a MERGE source for the mirror (no ``_snapshot``). Files wholly at or below ``after``
-    are skipped by their ``_seq`` statistics: the read is incremental."""
+    """The changelog's records above ``after`` (and below ``before``; as of ``version``, default the
+    newest), the newest per key, shaped as a MERGE source for the mirror (no ``_snapshot``). Files
+    wholly at or below ``after`` are skipped by their ``_seq`` statistics: the read is incremental."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -103,6 +105,8 @@ def changelog_after(
     frame = reader.load(changelog)
     if after is not None:
         frame = frame.where(F.col("_seq") > F.lit(after))
+    if before is not None:
+        frame = frame.where(F.col("_seq") < F.lit(before))
     newest = Window.partitionBy(*[F.col(quote_ident(k)) for k in key]).orderBy(F.col("_seq").desc())
     return (
         frame.withColumn("_gtidsnap_n", F.row_number().over(newest))
@@ -157,15 +161,31 @@ def mirror_watermark(spark: SparkSession, mirror: str) -> int | None:
     )
 
 
+def mirror_staged_watermark(spark: SparkSession, mirror: str) -> int:
+    """:func:`staged_watermark` of the mirror at ``mirror``: its staged snapshot rows up to this ``_seq``
+    are in it (-1: none)."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, mirror).history()
+    return staged_watermark(
+        history.select("version", "operation", "userMetadata", "operationParameters").collect()
+    )
+
+
 def overlaid(
-    spark: SparkSession, rows: DataFrame, changelog: str, key: Sequence[str] | None, held: int | None
+    spark: SparkSession,
+    rows: DataFrame,
+    changelog: str,
+    key: Sequence[str] | None,
+    held: int | None,
+    before: int | None = None,
 ) -> DataFrame:
-    """The mirror's ``rows`` overlaid with the changelog's records above ``held``, the newest per key
-    (deletes remove the row). ``held`` may be lower than the mirror's watermark: a record the mirror
-    already holds is overlaid by itself or by a newer one, so the result is the same."""
+    """The mirror's ``rows`` overlaid with the changelog's records above ``held`` (below ``before``),
+    the newest per key (deletes remove the row). ``held`` may be lower than the mirror's watermark: a
+    record the mirror already holds is overlaid by itself or by a newer one, so the result is the same."""
     if held == NOTHING_WAITS or not key:
         return rows
-    recent = changelog_after(spark, changelog, key, held)
+    recent = changelog_after(spark, changelog, key, held, before=before)
     kept = rows.join(recent.select(*key), on=list(key), how="left_anti")
     newer = recent.where("_op <> 'd'").select(*rows.columns)
     return kept.unionByName(newer)

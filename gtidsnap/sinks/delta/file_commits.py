@@ -1,5 +1,7 @@
 """Rows written as a Delta table's own data files by pyarrow, then committed to the table's log as they
-are, through Delta's own transaction API (``DeltaLog.startTransaction().commit``, reached over Py4J).
+are, through Delta's own transaction API (``DeltaLog.startTransaction().commit``, reached over Py4J by
+:mod:`.jvm_delta`; taken only on the Delta version gtidsnap was tested with: see
+:class:`.tables.DeltaTables`'s ``by_files``).
 
 Why: a Spark append of rows that are already columns in this process (staged snapshot rows, read back
 from Parquet) costs the JVM a job that turns every row into Spark's row format and encodes it again
@@ -26,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gtidsnap.sinks.delta.jvm_delta import AddAction, DeltaTransaction, Transaction
 from gtidsnap.sinks.delta.staging import output_filesystem
 from gtidsnap.sinks.delta.writes import retry_conflicts
 
@@ -49,17 +52,8 @@ class DataFile:
     stats: str
     rows: int
 
-    def add_action(self) -> dict[str, Any]:
-        return {
-            "add": {
-                "path": self.name,
-                "partitionValues": {},
-                "size": self.size,
-                "modificationTime": self.modified_ms,
-                "dataChange": True,
-                "stats": self.stats,
-            }
-        }
+    def add_action(self) -> AddAction:
+        return AddAction(self.name, self.size, self.modified_ms, self.stats)
 
 
 def holds_plan(table: T.StructType | None, mirror: T.StructType) -> bool:
@@ -176,46 +170,18 @@ def commit_files(
 ) -> bool:
     """APPEND ``files`` to the table in one commit tagged with ``meta``; with a ``version``, idempotent
     for ``app_id`` (False: a commit of that version or a later one is already in the log)."""
-    jvm: Any = spark._jvm
-    delta = jvm.org.apache.spark.sql.delta
     done = False
 
     def commit() -> None:
         nonlocal done
-        txn = delta.DeltaLog.forTable(spark._jsparkSession, table_path).startTransaction()
-        actions = [f.add_action() for f in files]
+        txn = DeltaTransaction(spark, table_path)
+        app = None
         if version is not None:
-            if txn.txnVersion(app_id) >= version:
+            if txn.transaction_version(app_id) >= version:
                 return
-            updated = int(time.time() * 1000)
-            actions.insert(0, {"txn": {"appId": app_id, "version": version, "lastUpdated": updated}})
-        txn.commit(delta_actions(spark, actions), write_operation(spark, meta))
+            app = Transaction(app_id, version)
+        txn.commit([f.add_action() for f in files], "WRITE", meta, app)
         done = True
 
     retry_conflicts(commit, table_path)
     return done
-
-
-def delta_actions(spark: SparkSession, actions: Sequence[dict[str, Any]]) -> Any:
-    """Actions (as the log writes them) as the Scala list a transaction commits."""
-    jvm: Any = spark._jvm
-    parsed = [jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps(a)) for a in actions]
-    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(parsed).toList()
-
-
-def write_operation(spark: SparkSession, meta: dict[str, Any]) -> Any:
-    """A ``WRITE`` commit whose user metadata is ``meta`` (given with the commit, not through the
-    session's settings, which the sink's threads share)."""
-    jvm: Any = spark._jvm
-    none = jvm.scala.Option.empty()
-    return jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
-        jvm.org.apache.spark.sql.SaveMode.Append,
-        none,
-        none,
-        jvm.scala.Option.apply(json.dumps(meta)),
-        none,
-        none,
-        none,
-        none,
-        none,
-    )

@@ -1,7 +1,7 @@
 """The Delta Lake sink: each batch writes its changelog rows (committed once its checkpoint is saved:
 :mod:`.changelog_appends`) and stages its snapshot rows as Parquet files; a table's mirror is updated
 when due, by one APPEND of its staged rows (folded with newer changes) and one MERGE of the rest
-(:mod:`.mirror_update`), in the background once the batch's checkpoint is saved (:mod:`.mirror_keeper`;
+(:mod:`.mirror.rule`), in the background once the batch's checkpoint is saved (:mod:`.mirror.keeper`;
 see the package docstring of :mod:`gtidsnap.sinks.delta`). Snapshot rows come from the chunk readers as
 Arrow columns (:class:`SnapshotColumns`, :meth:`DeltaSink.chunk_renderer`): never Python objects here,
 they go to Delta in large appends, since Spark pays per commit and per file, not per row.
@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gtidsnap.config.loading import SinkSettings
+from gtidsnap.core.checkpoint import Checkpoint
 from gtidsnap.core.crashpoints import crash_point
-from gtidsnap.core.errors import ConfigError, SinkError
+from gtidsnap.core.errors import ConfigError, GtidsnapError, SinkError
 from gtidsnap.core.model import TableId
 from gtidsnap.core.ports import HeldSeq
 from gtidsnap.core.records import Emitted, Record, SnapshotColumns
@@ -29,7 +30,9 @@ from gtidsnap.sinks.delta.batch_writes import Pending, TableWriter, by_table
 from gtidsnap.sinks.delta.catalog_names import Registrar, sink_spark_session
 from gtidsnap.sinks.delta.catch_up import NOTHING_WAITS, changelog_after
 from gtidsnap.sinks.delta.changelog_appends import commit_append, finish_appends
+from gtidsnap.sinks.delta.consistent_points import point_of, record_point
 from gtidsnap.sinks.delta.history_keeper import HistoryKeeper
+from gtidsnap.sinks.delta.jvm_delta import delta_gate
 from gtidsnap.sinks.delta.layout import (
     absolute_root,
     changelog_path,
@@ -38,10 +41,10 @@ from gtidsnap.sinks.delta.layout import (
     mirror_path,
     recorded_key,
 )
-from gtidsnap.sinks.delta.mirror_keeper import Handover, MirrorEntry, MirrorKeeper
-from gtidsnap.sinks.delta.mirror_writes import MirrorState, MirrorWriter
+from gtidsnap.sinks.delta.mirror.keeper import Handover, MirrorEntry, MirrorKeeper
+from gtidsnap.sinks.delta.mirror.update import MirrorState, MirrorWriter
 from gtidsnap.sinks.delta.position import POSITION_KEY, SinkPosition, appends_of, parse_position
-from gtidsnap.sinks.delta.recovery import greater, recover_all
+from gtidsnap.sinks.delta.recovery import CutRefused, greater, recover_all
 from gtidsnap.sinks.delta.staged_frames import spark_schema
 from gtidsnap.sinks.delta.tables import DeltaTables, TableLayout, warm_up
 from gtidsnap.sinks.delta.util import short_error
@@ -54,12 +57,11 @@ log = logging.getLogger("gtidsnap.sinks.delta")
 
 class DeltaSink:
     """The Delta Lake sink (see the package docstring, :mod:`gtidsnap.sinks.delta`, for the layout and
-    the exactly-once design).
-
-    ``spark_factory`` gives the SparkSession when the sink opens (default:
-    :func:`gtidsnap.spark_session.build_spark_session` on ``settings.spark_master``); ``schema_of`` is
-    the current shape of a captured table, or the last one of a table dropped since (the engine's
-    :meth:`gtidsnap.core.schema_cache.SchemaCache.current_or_last`), read when records arrive.
+    the exactly-once design). ``spark_factory`` gives the SparkSession when the sink opens (default:
+    :func:`gtidsnap.sinks.delta.spark_session.build_spark_session` on ``settings.spark_master``);
+    ``schema_of`` is the current shape of a captured table, or the last one of a table dropped since
+    (the engine's :meth:`gtidsnap.core.schema_cache.SchemaCache.current_or_last`), read when records
+    arrive.
     """
 
     def __init__(
@@ -92,6 +94,9 @@ class DeltaSink:
         self._held: HeldSeq | None = None  # the greatest _seq in the output when it opened
         self._history: HistoryKeeper | None = None  # sink.history's tables, kept from the changelogs
         self._names: Registrar | None = None  # sink.database: the tables by name
+        self._pointed = 0  # the batch of the last point recorded (consistent_points)
+        self._to_prepare: dict[TableId, TableSchema] = {}  # captured tables: the next batch makes theirs
+        self._by_files = True  # data files committed through Delta's transaction API (jvm_delta's gate)
 
     @property
     def _keeps_mirrors(self) -> bool:
@@ -127,33 +132,60 @@ class DeltaSink:
     # ------------------------------------------------------------------ Sink protocol
     def report_checkpoints(self) -> None:
         """The engine will call :meth:`checkpointed` after each checkpoint it saves: the mirrors are
-        then updated in the background (with a changelog; see :mod:`.mirror_keeper`)."""
+        then updated in the background (with a changelog; see :mod:`.mirror.keeper`)."""
         self._checkpoints_reported = True
 
-    def checkpointed(self, position: Any) -> None:
-        """The checkpoint naming ``position`` is saved: what its batch handed the mirrors is theirs; at
-        the end of a run, wait until every mirror holds it (raising a failed update's error)."""
+    def checkpointed(self, position: Any, saved: Checkpoint | None = None) -> None:
+        """The checkpoint naming ``position`` is saved (``saved``): what its batch handed the mirrors is
+        theirs, and the point it stands for is recorded (:mod:`.consistent_points`); at the end of a
+        run, wait until every mirror holds it (raising a failed update's error)."""
         if not isinstance(position, dict):
             return
         for append in appends_of(position):  # the changelog takes checkpointed batches only
-            commit_append(self.spark, self.root, append, self.app_id)
+            commit_append(self.spark, self.root, append, self.app_id, self._by_files)
+        batch = int(position[POSITION_KEY])
+        if saved is not None and batch > self._pointed:
+            self._record_point(batch, position, saved)
         if self._keeper is None:
             return
-        batch = int(position[POSITION_KEY])
         self._keeper.checkpointed(batch)
         if self._final is not None and batch >= self._final:
             self._keeper.finish(wait=True)
             if self._history is not None:  # the changelogs are whole: the histories are made so too
                 self._history.finish(final=True)
 
-    def open(self, committed: Any) -> None:
+    def _record_point(self, batch: int, position: dict[str, Any], saved: Checkpoint) -> None:
+        pending: dict[TableId, int] = {}
+        for file in parse_position(position).staged:
+            pending[file.table] = max(pending.get(file.table, -1), file.last_seq)
+        writer = self._table_writer
+        logged = writer is not None and writer.logs_snapshot_rows
+        try:
+            point = point_of(saved, batch, pending, logged)
+            record_point(self.spark, self.root, point, self.app_id, self._pointed > 0, self._by_files)
+        except Exception as exc:
+            problem = f"recording the point of batch {batch} under {self.root} failed: {short_error(exc)}"
+            raise SinkError(problem) from exc
+        self._pointed = batch
+
+    def open_checked(self, committed: Any, next_seq: int) -> str | None:
+        """:meth:`open`, unless recovery would undo records below ``next_seq`` (nothing undone)."""
+        try:
+            self.open(committed, next_seq)
+        except CutRefused as exc:
+            return str(exc)
+        return None
+
+    def open(self, committed: Any, next_seq: int | None = None) -> None:
         position = parse_position(committed)
         last, staged = position.batch, position.staged
         try:
             self._spark = self._spark_factory()
+            self._by_files = delta_gate(self.spark).fast_paths  # the fast paths: on the tested Delta
             tables = list_tables(self.spark, self.root)
-            recovered = recover_all(self.spark, self.root, tables, last)
-            finish_appends(self.spark, self.root, position.appends, self.app_id)  # before any catch-up
+            recovered = recover_all(self.spark, self.root, tables, last, next_seq)
+            # the checkpointed changelog appends a stopped run did not commit: before any catch-up
+            finish_appends(self.spark, self.root, position.appends, self.app_id, self._by_files)
             self._names = Registrar.of(self.spark, self.settings, [t for t in tables if t.kind != "history"])
             self._held = greater(recovered.held, position.staged_held())
             self._reset()
@@ -162,7 +194,7 @@ class DeltaSink:
             warm_up(self.spark, staging.warm_up_folder(self.root))
             staging.remove_folder(staging.warm_up_folder(self.root))
             log.debug("Delta writes warmed up in %.1f s", time.monotonic() - started)
-            self._tables = DeltaTables(self.spark, self.app_id, TableLayout.of(self.settings))
+            self._tables = DeltaTables(self.spark, self.app_id, TableLayout.of(self.settings), self._by_files)
             retried = not self._checkpoints_reported  # commit() may be retried: idempotent Delta txns
             self._table_writer = TableWriter(
                 self.spark, self._tables, self.root, self.app_id, self.settings, txn=retried
@@ -174,7 +206,7 @@ class DeltaSink:
             spark = self.spark.newSession() if background else self.spark  # its own conf (commit tags)
             tables_ = self._tables
             if background:
-                tables_ = DeltaTables(spark, self.app_id, TableLayout.of(settings))
+                tables_ = DeltaTables(spark, self.app_id, TableLayout.of(settings), self._by_files)
             writer = MirrorWriter(spark, tables_, self.app_id)
             self._keeper = MirrorKeeper(spark, writer, self.root, self.settings, background)
             logged = {ref.table for ref in tables if ref.kind == "changelog"}
@@ -184,7 +216,7 @@ class DeltaSink:
                 history = self.spark.newSession()
                 self._history = HistoryKeeper(history, self.root, settings.merge_interval_s, self._names)
                 self._history.start()
-        except SinkError:
+        except GtidsnapError:  # ours say what they are (a ConfigError stays one: no retry helps)
             raise
         except Exception as exc:  # Spark/Delta/py4j errors: say where
             raise SinkError(f"cannot open the Delta output at {self.root}: {short_error(exc)}") from exc
@@ -278,17 +310,22 @@ class DeltaSink:
         self._draining = True
         self.keeper.drain()
 
+    def prepare(self, shapes: Mapping[TableId, TableSchema]) -> None:
+        """Captured tables: their mirror, changelog and history (as the settings have them) are created
+        empty by the next batch, and named in the catalog, so consumers can start reading at once."""
+        self._to_prepare.update(shapes)
+
     def commit(self) -> dict[str, Any]:
         if self._batch is None:
             raise SinkError("the Delta sink is not open")
-        if not self._pending and not self.keeper.due():
+        if not self._pending and not self._to_prepare and not self.keeper.due():
             self._mark_final(self._batch)
             return self._position(self._batch)
         batch = self._batch + 1
         self._mark_final(batch)
         self._failed = batch
-        self._write_batch(batch, self._pending)
-        self._pending = {}
+        self._write_batch(batch, self._pending, self._to_prepare)
+        self._pending, self._to_prepare = {}, {}
         self._batch, self._failed = batch, None
         return self._position(batch)
 
@@ -300,17 +337,17 @@ class DeltaSink:
             raise SinkError("the Delta sink is not open")
         if self._failed is not None:
             raise SinkError(f"the commit of batch {self._failed} failed: reopen the sink")
-        if not self._pending and not self.keeper.due():
+        if not self._pending and not self._to_prepare and not self.keeper.due():
             self._mark_final(self._batch)
             position = self._position(self._batch)
             return lambda: position
-        batch, pending = self._batch + 1, self._pending
+        batch, pending, prepare = self._batch + 1, self._pending, self._to_prepare
         self._mark_final(batch)
-        self._batch, self._pending = batch, {}
+        self._batch, self._pending, self._to_prepare = batch, {}, {}
 
         def job() -> dict[str, Any]:
             try:
-                self._write_batch(batch, pending)
+                self._write_batch(batch, pending, prepare)
             except BaseException:
                 self._failed = batch
                 raise
@@ -343,15 +380,13 @@ class DeltaSink:
 
     def _reset(self) -> None:
         self._pending.clear()
-        self._tables = None
-        self._keeper = None
-        self._history = None
-        self._table_writer = None
-        self._draining = False
-        self._final = None
+        self._tables = self._keeper = self._history = self._table_writer = None
+        self._draining, self._final = False, None
 
     # ------------------------------------------------------------------ writing
-    def _write_batch(self, batch: int, pending: Mapping[TableId, Pending]) -> None:
+    def _write_batch(
+        self, batch: int, pending: Mapping[TableId, Pending], prepare: Mapping[TableId, TableSchema]
+    ) -> None:
         started = time.monotonic()
         keeper = self.keeper
         keeper.check()  # a failed background update stops the run
@@ -361,19 +396,29 @@ class DeltaSink:
         self._done = []
         saved = keeper.saved() if not keeper.background else None
         try:
+            self._create_tables(prepare)
             self._write_tables(batch, pending)
         except BaseException:  # a retried batch starts from the same state (its Delta writes are skipped)
             if saved is not None:
                 keeper.restore(saved)
             raise
         count = sum(len(p.records) + len(p.changes) + sum(map(len, p.chunks)) for p in pending.values())
-        log.info(
-            "batch %d: %d records of %d tables in %.2f s",
-            batch,
-            count,
-            len(pending),
-            time.monotonic() - started,
-        )
+        took = time.monotonic() - started
+        log.info("batch %d: %d records of %d tables in %.2f s", batch, count, len(pending), took)
+
+    def _create_tables(self, shapes: Mapping[TableId, TableSchema]) -> None:
+        """The tables of newly captured ones that do not exist yet, empty (see :meth:`prepare`)."""
+        for table, schema in sorted(shapes.items()):
+            try:
+                created = self._writer_of_tables().create(table, schema)
+            except SinkError:
+                raise
+            except Exception as exc:
+                problem = f"creating the tables of {table} under {self.root} failed: {short_error(exc)}"
+                raise SinkError(problem) from exc
+            if self._names is not None:
+                for ref in created:
+                    self._names.register(ref)
 
     def _write_tables(self, batch: int, pending: Mapping[TableId, Pending]) -> None:
         handovers: dict[TableId, Handover] = {}
@@ -381,7 +426,7 @@ class DeltaSink:
             crash_point("delta-before-table")
             try:
                 handover = self._writer_of_tables().write(table, pending[table], batch)
-            except SinkError:
+            except GtidsnapError:
                 raise
             except Exception as exc:
                 raise SinkError(

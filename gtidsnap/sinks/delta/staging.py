@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from gtidsnap.core.errors import SinkError
+from gtidsnap.core.errors import OutputRefusedError
 from gtidsnap.core.model import TableId
 from gtidsnap.sinks.arrow_columns import StagedRows
 from gtidsnap.sinks.delta.layout import encode_name
@@ -142,7 +142,7 @@ def output_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(uri.replace("s3a://", "s3://", 1))  # type: ignore[no-any-return]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SinkError(
+        raise OutputRefusedError(
             f"snapshot rows are staged under the output, but pyarrow cannot write to {uri} ({exc}): "
             "use an output on a filesystem pyarrow knows (a local path, file:, s3, gs, hdfs, abfs)"
         ) from exc

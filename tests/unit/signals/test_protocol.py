@@ -392,3 +392,16 @@ def test_stream_wait_note_shows_a_window_waiting_for_the_stream() -> None:
     stats.window_opened_at = 100.0
     assert stream_wait_note(stats, now=100.5) == ""
     assert stream_wait_note(stats, now=104.2) == "chunk waits 4s for the stream"
+
+
+def test_a_notification_is_never_read_as_a_signal() -> None:
+    """Debezium's notification shape, keyed by the connector as gtidsnap writes its answers: not a signal
+    (from a producer that sets no gtidsnap-notification header, say), so never refused and answered."""
+    answer = {
+        "id": "gtidsnap-5f0c2a91d3e4-12",
+        "aggregateType": "Incremental Snapshot",
+        "type": "PAUSED",
+        "additionalData": {"connector_name": "gtidsnap", "signal_id": "d1"},
+        "timestamp": 1764300000000,
+    }
+    assert parse_signal(b"gtidsnap", json.dumps(answer).encode(), 0, 7, "gtidsnap") is None

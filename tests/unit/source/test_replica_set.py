@@ -3,13 +3,16 @@ a lost one tried again for retry_for_s, then the next (fake replicas, a fake clo
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gtidsnap.core.checkpoint import Checkpoint
-from gtidsnap.core.errors import CheckpointError, SourceError
+from gtidsnap.core.errors import CheckpointError, FatalSourceError, SourceError
 from gtidsnap.core.gtid import GtidSet, parse_gtid_set
+from gtidsnap.core.source_identity import Shown, TransactionStamp
 from gtidsnap.source.connection import ConnectionSettings, Secret
 from gtidsnap.source.replica_set import ReplicaSet
 
@@ -164,3 +167,68 @@ def test_no_replica_names_each_and_why() -> None:
         "gtidsnap@127.0.0.1:1: cannot connect" in text
         and "gtidsnap@127.0.0.1:2: it has not executed 90" in text
     )
+
+
+STAMP = TransactionStamp(f"{U}:100", 1, 1_700_000_000)
+
+
+def test_a_replica_whose_binlog_holds_another_transaction_is_passed_over_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its GTIDs serve, its binlog says another primary's history: the next replica serves; alone, it
+    is a CheckpointError naming it (the same command again would not pass)."""
+    shown = {1: Shown(TransactionStamp(f"{U}:100", 1, 1_000_000_000)), 2: Shown(STAMP)}
+    asked: list[tuple[int, TransactionStamp, str]] = []
+
+    def shown_at(settings: ConnectionSettings, stamp: TransactionStamp, processed: GtidSet) -> Shown:
+        asked.append((settings.port, stamp, str(processed)))
+        return shown[settings.port]
+
+    monkeypatch.setattr("gtidsnap.source.replica_set.shown_at", shown_at)
+    checkpoint = replace(RESUMED, last_transaction=STAMP)
+    servers = Servers(Clock(), p1=100, p2=100)
+    assert replica_set(servers, 1, 2).serving(checkpoint).settings.port == 2
+    assert asked == [(1, STAMP, f"{U}:1-100"), (2, STAMP, f"{U}:1-100")]
+    with pytest.raises(CheckpointError, match="another primary's history"):
+        replica_set(Servers(Clock(), p1=100), 1).serving(checkpoint)
+    assert replica_set(Servers(Clock(), p1=100), 1).serving(RESUMED).settings.port == 1, "no stamp: not read"
+    assert len(asked) == 3
+
+
+def test_a_mysql_replica_that_cannot_show_it_is_accepted_by_its_gtids(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("gtidsnap.source.replica_set.shown_at", lambda *a: Shown(None, "purged"))
+    checkpoint = replace(RESUMED, last_transaction=STAMP)
+    with caplog.at_level(logging.INFO, "gtidsnap.source.replica_set"):
+        assert replica_set(Servers(Clock(), p1=100), 1).serving(checkpoint).settings.port == 1
+    assert "cannot show the checkpoint's last transaction" in caplog.text and "(purged)" in caplog.text
+class PurgedReplica(FakeReplica):
+    """A replica that applied everything but purged the binlogs holding what comes after 100."""
+
+    def purged(self) -> GtidSet:
+        return parse_gtid_set("mysql", f"{U}:1-150")
+
+
+def test_purged_binlogs_everywhere_are_not_retryable() -> None:
+    """Nothing of that changes by itself: the run must not end with "the same command again is safe"."""
+    servers = Servers(Clock(), p1=200)
+    set_ = ReplicaSet([at(1)], 10, 30, lambda s: PurgedReplica(s, 200, Clock()), Clock().sleep, lambda: 0.0)
+    with pytest.raises(FatalSourceError, match="purged binlogs") as raised:
+        set_.serving(RESUMED)
+    assert not raised.value.retryable and servers.calls == []
+
+
+def test_a_lost_replica_that_refused_for_good_and_no_other_is_not_retryable() -> None:
+    servers = Servers(Clock(), p1=100)
+    with pytest.raises(FatalSourceError) as raised:
+        replica_set(servers, 1).serving(RESUMED, lost=at(1), retry_lost=False, lost_why="binlog purged")
+    assert not raised.value.retryable
+    assert "gtidsnap@127.0.0.1:1 refused the binlog stream: binlog purged" in str(raised.value)
+
+
+def test_a_refusal_beside_a_replica_that_does_not_answer_stays_retryable() -> None:
+    servers = Servers(Clock(), p2=None)
+    with pytest.raises(SourceError) as raised:
+        replica_set(servers, 1, 2).serving(RESUMED, lost=at(1), retry_lost=False, lost_why="purged")
+    assert raised.value.retryable, "the one that does not answer may come back"
