@@ -20,9 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gtidsnap.sinks.delta.spark_session import build_spark_session
 from gtidsnap.sinks.delta.tables import merge_newest, table_properties
 from gtidsnap.sinks.delta.util import same_key
-from gtidsnap.spark_session import build_spark_session
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -44,7 +44,7 @@ MARKERS = {
     "sink_open": re.compile(r"Delta sink at .* open"),
     "snapshots_done": re.compile(r"snapshots done; streaming up to"),
     "done": re.compile(r"^done: "),
-    "continued": re.compile(r"gtidsnap\.runner: continuing on "),  # after a replica was lost
+    "continued": re.compile(r"gtidsnap\.run\.failover: continuing on "),  # after a replica was lost
 }
 _DONE = re.compile(
     r"done: (?P<records>[\d,]+) records \((?P<rows>[\d,]+) snapshot rows in (?P<chunks>[\d,]+) chunks\) "
@@ -84,7 +84,12 @@ def cli_env(
         }
     )
     # where the Delta jars are; how many binlog decoders (an A/B of the setting)
-    for name in ("GTIDSNAP_STATE_DIR", "GTIDSNAP_DELTA_JARS", "GTIDSNAP_BINLOG_DECODERS"):
+    for name in (
+        "GTIDSNAP_STATE_DIR",
+        "GTIDSNAP_DELTA_JARS",
+        "GTIDSNAP_BINLOG_DECODERS",
+        "GTIDSNAP_SNAPSHOT_COMPILED_READS",  # an A/B of the compiled chunk read
+    ):
         if name in os.environ:
             env[name] = os.environ[name]
     if chunk_size is not None:

@@ -65,7 +65,7 @@ def spark() -> SparkSession:
     global _spark
     if _spark is None:
         from gtidsnap.config.loading import DEFAULTS
-        from gtidsnap.spark_session import build_spark_session
+        from gtidsnap.sinks.delta.spark_session import build_spark_session
 
         _spark = build_spark_session(app_name="gtidsnap-bench", master=str(DEFAULTS["sink"]["spark_master"]))
         _spark.sparkContext.setLogLevel("WARN")

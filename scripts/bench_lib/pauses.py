@@ -43,7 +43,7 @@ from gtidsnap.config.loading import Config, SinkSettings, SnapshotSettings
 from gtidsnap.core.model import TableId
 from gtidsnap.core.plan import SnapshotContext
 from gtidsnap.core.run_stats import RunStats
-from gtidsnap.runner import build_engine
+from gtidsnap.run import build_engine
 from gtidsnap.source.replica import Replica
 from gtidsnap.source.result_rows import ChunkResult
 

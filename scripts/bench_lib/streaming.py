@@ -36,14 +36,14 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bench_lib import cli_run
 from bench_lib.context import Context
-from bench_lib.debezium import DebeziumPeer
+from bench_lib.debezium import DebeziumPeer, PeerFailed
 from bench_lib.env import DATABASE
 from bench_lib.quiet import wait_quiet
 from bench_lib.stats import mean, ratio
 from bench_lib.tables import ensure_table
 from gtidsnap.core.gtid import GtidSet, MariadbGtidSet
 from gtidsnap.engine.checkpoint_store import CheckpointStore
-from gtidsnap.source.binlog import rows_events, table_maps, transaction_events
+from gtidsnap.source.binlog import library
 
 log = logging.getLogger("bench.streaming")
 
@@ -90,9 +90,8 @@ def generate_changes(ctx: Context, changes: int) -> dict[str, Any]:
 def bare_decode(ctx: Context, start: GtidSet, expected: int) -> dict[str, Any]:
     """The limit: decode every row change after ``start`` with python-mysql-replication (its own
     ``event.rows``, which gtidsnap's row reading does not replace), count them."""
-    table_maps.uninstall()  # the library as shipped: its own parse of every table map,
-    transaction_events.uninstall()  # of every BEGIN and GTID event
-    rows_events.uninstall()  # and of every rows event's header
+    library.uninstall()  # the library as shipped: its own parse of every table map, BEGIN, GTID event
+    # and rows event's header
     settings = ctx.pair.reader_settings().pymysql_kwargs()
     settings["charset"] = "utf8mb4"
     position = start.as_position() if isinstance(start, MariadbGtidSet) else str(start)
@@ -179,7 +178,12 @@ def measure_b(ctx: Context) -> dict[str, Any]:
     for sink, env in envs.items():  # checkpoints at the replica's current set, before the changes
         cli_run.run(["run", "--until-caught-up"], env, ctx.log_path(f"stream-{sink}-prime"), ctx.timeout)
     peer = DebeziumPeer(ctx, ctx.work("stream-debezium"), DATABASE, CHURN_TABLE, ctx.timeout)
-    peer.prime()
+    peer_failed: PeerFailed | None = None
+    try:
+        peer.prime()
+    except PeerFailed as exc:  # gtidsnap's figures are measured all the same; the peer's reason is kept
+        log.warning("%s", exc)
+        peer_failed = exc
     generated = generate_changes(ctx, ctx.rows)
     wait_quiet(f"{ctx.flavor}: bare decode")
     bare = [bare_decode(ctx, generated["start"], ctx.rows)]
@@ -220,9 +224,21 @@ def measure_b(ctx: Context) -> dict[str, Any]:
         shutil.rmtree(works[sink], ignore_errors=True)
     wait_quiet(f"{ctx.flavor}: bare decode")
     bare.append(bare_decode(ctx, generated["start"], ctx.rows))
-    quiet_s = wait_quiet(f"{ctx.flavor}: Debezium")
-    debezium = peer.stream(ctx.rows)
-    debezium["quiet_wait_s"] = quiet_s
+    if peer_failed is None:
+        quiet_s = wait_quiet(f"{ctx.flavor}: Debezium")
+        try:
+            debezium = peer.stream(ctx.rows)
+            debezium["quiet_wait_s"] = quiet_s
+        except PeerFailed as exc:
+            log.warning("%s", exc)
+            peer_failed = exc
+    if peer_failed is not None:
+        debezium = {
+            "rows_per_s": 0.0,
+            "error": str(peer_failed).splitlines()[0],
+            "log": str(peer_failed.log_path),
+        }
+        debezium["log_tail"] = str(peer_failed).split("\n", 1)[-1]
     shutil.rmtree(peer.work, ignore_errors=True)
     limit = mean([b["rows_per_s"] for b in bare])
     return {

@@ -5,7 +5,8 @@
 // With <expected records> = 0 it only starts (recording where the binlog is, snapshot.mode=no_data),
 // waits until the connector streams, and stops: a second run then streams exactly what came after.
 // The stats file gets one JSON object: seconds from engine start to the first and the last record,
-// records, and the JVM's CPU seconds.
+// records, the JVM's CPU seconds, and why the engine stopped if it failed ("failed"). It is written
+// before the engine is closed, whose close may hang after a failure (it is given 30 s, then the JVM exits).
 
 import io.debezium.engine.ChangeEvent;
 import io.debezium.engine.DebeziumEngine;
@@ -37,6 +38,7 @@ public class DebeziumPeer {
         long[] records = {0};
         long[] first = {0};
         long[] last = {0};
+        String[] failed = {null};
         long start = System.nanoTime();
         try (BufferedWriter out = Files.newBufferedWriter(output, StandardCharsets.UTF_8)) {
             DebeziumEngine.ChangeConsumer<ChangeEvent<String, String>> consumer = (batch, committer) -> {
@@ -66,6 +68,7 @@ public class DebeziumPeer {
                 .notifying(consumer)
                 .using((success, message, error) -> {
                     if (!success) {
+                        failed[0] = message == null ? "(no message)" : message;
                         System.err.println("debezium stopped: " + message);
                         if (error != null) {
                             error.printStackTrace();
@@ -85,21 +88,32 @@ public class DebeziumPeer {
             ExecutorService executor = Executors.newSingleThreadExecutor();
             executor.execute(engine);
             boolean finished = done.await(Long.parseLong(props.getProperty("peer.timeout.s", "1800")), TimeUnit.SECONDS);
-            if (expected == 0) {
+            if (expected == 0 && failed[0] == null) {
                 Thread.sleep(3000);  // let the first offsets flush
             }
-            engine.close();
-            executor.shutdown();
-            executor.awaitTermination(60, TimeUnit.SECONDS);
             out.flush();
             double cpu = ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
                 .getProcessCpuTime() / 1e9;
+            String why = failed[0] == null ? "null" : "\"" + failed[0].replace("\\", "\\\\").replace("\"", "\\\"")
+                .replace("\n", " ") + "\"";
             String json = String.format(
                 java.util.Locale.ROOT,
-                "{\"records\": %d, \"finished\": %s, \"first_s\": %.3f, \"last_s\": %.3f, \"cpu_s\": %.3f}%n",
-                records[0], finished, first[0] == 0 ? -1.0 : (first[0] - start) / 1e9,
-                last[0] == 0 ? -1.0 : (last[0] - start) / 1e9, cpu);
+                "{\"records\": %d, \"finished\": %s, \"first_s\": %.3f, \"last_s\": %.3f, \"cpu_s\": %.3f, \"failed\": %s}%n",
+                records[0], finished && failed[0] == null, first[0] == 0 ? -1.0 : (first[0] - start) / 1e9,
+                last[0] == 0 ? -1.0 : (last[0] - start) / 1e9, cpu, why);
             Files.writeString(stats, json);
+            Thread closer = new Thread(() -> {
+                try {
+                    engine.close();
+                } catch (Exception e) {
+                    e.printStackTrace();
+                }
+                executor.shutdown();
+            });
+            closer.setDaemon(true);
+            closer.start();
+            closer.join(30_000);
+            executor.awaitTermination(30, TimeUnit.SECONDS);
         }
         System.exit(0);
     }
