@@ -242,3 +242,59 @@ def test_file_statistics_let_delta_skip_files_by_key(spark: SparkSession, tmp_pa
     merged = parts.as_delta()
     assert merged["minValues"] == {"id": 3} and merged["maxValues"] == {"id": 7}
     assert merged["nullCount"] == {"id": 1, "v": 1} and merged["numRecords"] == 3
+
+
+def test_an_idempotent_commit_is_skipped_whoever_committed_its_version(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``commit_files`` with a version commits once per app version, whether the table's checksum or
+    its state says which versions it holds: right after its own commit, after another writer's commit
+    of a later version of the app, after a commit of no app, on a table made again at the same path,
+    without checksum files, and with app transactions that expire."""
+    import shutil
+
+    from delta.tables import DeltaTable
+
+    from gtidsnap.sinks.delta.jvm_delta import DeltaTransaction
+
+    path = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), False)])
+
+    def one(i: int) -> Any:
+        return write_data_file(path, [pa.table({"id": pa.array([i], pa.int64())}, schema=schema)], schema, ["id"])
+
+    def ids() -> list[int]:
+        return sorted(r[0] for r in spark.read.format("delta").load(path).collect())
+
+    def create(**properties: str) -> None:
+        builder = DeltaTable.createIfNotExists(spark).location(path).addColumn("id", "BIGINT", nullable=False)
+        for name, value in properties.items():
+            builder = builder.property(name, value)
+        builder.execute()
+
+    create()
+    assert commit_files(spark, path, [one(1)], "app", 1, {})
+    assert DeltaTransaction(spark, path)._crc_app_version("app") == 1, "the checksum answers"
+    assert not commit_files(spark, path, [one(2)], "app", 1, {}), "the same version again"
+    assert commit_files(spark, path, [one(3)], "app", 2, {})
+    frame = spark.createDataFrame([(4,)], "id BIGINT")
+    frame.write.format("delta").mode("append").option("txnAppId", "app").option("txnVersion", "5").save(path)
+    assert not commit_files(spark, path, [one(5)], "app", 3, {}), "another writer's version 5 covers 3"
+    spark.createDataFrame([(6,)], "id BIGINT").write.format("delta").mode("append").save(path)
+    assert commit_files(spark, path, [one(7)], "app", 6, {})
+    assert not commit_files(spark, path, [one(8)], "app", 6, {})
+    assert ids() == [1, 3, 4, 6, 7]
+    for crc in Path(path, "_delta_log").glob("*.crc"):
+        crc.unlink()
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as a new process finds the table
+    fresh = DeltaTransaction(spark, path)
+    assert fresh._crc_app_version("app") is None and fresh.transaction_version("app") == 6, "no checksum"
+    assert not commit_files(spark, path, [one(9)], "app", 6, {}), "the state answers alike"
+
+    shutil.rmtree(path)  # the same path, a new table: none of app's versions
+    create(**{"delta.setTransactionRetentionDuration": "interval 7 days"})
+    assert commit_files(spark, path, [one(10)], "app", 6, {}), "a new table holds no version of app"
+    expiring = DeltaTransaction(spark, path)
+    assert expiring._crc_app_version("app") is None and expiring.transaction_version("app") == 6
+    assert not commit_files(spark, path, [one(11)], "app", 6, {})
+    assert ids() == [10]

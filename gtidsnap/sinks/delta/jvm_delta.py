@@ -42,6 +42,9 @@ log = logging.getLogger("gtidsnap.sinks.delta")
 # Python package (delta-spark on PyPI) only wraps Delta's public API and is not compared.
 TESTED_DELTA_VERSION = "4.4.0"
 
+# A table property under which Delta drops old app transactions from a table's state
+_TXN_RETENTION = "delta.setTransactionRetentionDuration"
+
 Operation = Literal["WRITE", "MERGE"]  # the commit's operation in the table's history
 
 MERGE_METRICS = (  # the metrics of a MERGE in the table's history, reported 0 unless counted
@@ -254,8 +257,36 @@ class DeltaTransaction:
         return int(self._txn.snapshot().version())
 
     def transaction_version(self, app_id: str) -> int:
-        """The greatest app transaction version of ``app_id`` the table holds (-1: none)."""
-        return int(self._txn.txnVersion(app_id))
+        """The greatest app transaction version of ``app_id`` the table holds (-1: none).
+
+        Read from the version's checksum (its ``.crc``: Delta writes the app transactions there with
+        each commit), else from the table's state. Delta's own answer (``txnVersion``) reconstructs
+        the state: three Spark jobs, ~0.8 s and ~1.2 s of JVM CPU a commit on a fresh snapshot, 3-7 s
+        cold (measured 2026-12-08), and every idempotent commit asks, once a batch and table; the
+        checksum answers in ~0.01 s. Unlike ``txnVersion``, it does not add the app to what the
+        commit is checked against: a commit of the same app by another process in between would not
+        conflict. One writer per output is what the run's lock and lease guarantee (:mod:`gtidsnap.run`)."""
+        from_crc = self._crc_app_version(app_id)
+        return from_crc if from_crc is not None else int(self._txn.txnVersion(app_id))
+
+    def _crc_app_version(self, app_id: str) -> int | None:
+        """The app's version in the snapshot's checksum; None where it has none to say (no ``.crc``,
+        too many apps in it, or expiring app transactions: the state then drops old ones)."""
+        if self._txn.metadata().configuration().contains(_TXN_RETENTION):
+            return None
+        checksum = self._txn.snapshot().checksumOpt()
+        if not checksum.isDefined():
+            return None
+        apps = checksum.get().setTransactions()
+        if not apps.isDefined():
+            return None
+        found = -1
+        it = apps.get().iterator()
+        while it.hasNext():
+            app = it.next()
+            if app.appId() == app_id:
+                found = max(found, int(app.version()))
+        return found
 
     def metadata(self) -> TableMetadata:
         meta = json.loads(self._txn.metadata().json())["metaData"]
