@@ -261,7 +261,8 @@ def test_an_idempotent_commit_is_skipped_whoever_committed_its_version(
     schema = pa.schema([pa.field("id", pa.int64(), False)])
 
     def one(i: int) -> Any:
-        return write_data_file(path, [pa.table({"id": pa.array([i], pa.int64())}, schema=schema)], schema, ["id"])
+        rows = pa.table({"id": pa.array([i], pa.int64())}, schema=schema)
+        return write_data_file(path, [rows], schema, ["id"])
 
     def ids() -> list[int]:
         return sorted(r[0] for r in spark.read.format("delta").load(path).collect())
