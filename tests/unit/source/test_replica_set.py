@@ -203,6 +203,8 @@ def test_a_mysql_replica_that_cannot_show_it_is_accepted_by_its_gtids(
     with caplog.at_level(logging.INFO, "gtidsnap.source.replica_set"):
         assert replica_set(Servers(Clock(), p1=100), 1).serving(checkpoint).settings.port == 1
     assert "cannot show the checkpoint's last transaction" in caplog.text and "(purged)" in caplog.text
+
+
 class PurgedReplica(FakeReplica):
     """A replica that applied everything but purged the binlogs holding what comes after 100."""
 
