@@ -723,14 +723,20 @@ def test_kill_9_in_the_early_append_of_new_keys(
 
 # ----------------------------------------------------------------------------- the mirror job
 
-MIRROR_JOB_STEPS = (  # (who, crash point): gtidsnap with sink.mirror = job, or spark/mirror_job.py
-    ("gtidsnap", "between-commit-and-checkpoint:3"),  # changelog files of a batch in no commit ...
-    ("job", "mirror-job-after-create:1"),  # ... which the job never sees; killed once mirror a exists
+# (who, crash point): gtidsnap with sink.mirror = job, or spark/mirror_job.py. gtidsnap's instants are
+# counted in batches that hold records or in changelog commits, never in batches: how many batches of no
+# record a run makes depends on timing, and a count of them once left the changelogs empty for the job.
+MIRROR_JOB_STEPS = (
+    # the second batch with records written, not checkpointed: its changelog files in no commit, which
+    # the job never sees; the first one's (both tables: each transaction of the writer changes both) is
+    ("gtidsnap", "delta-batch-with-records-written:2"),
+    ("job", "mirror-job-after-create:1"),  # killed once mirror a exists
     ("job", "mirror-job-after-write:1"),  # killed after the first load (APPEND) of a
-    ("gtidsnap", "delta-before-changelog-commit:3"),  # checkpointed, not all committed: made at start
+    # a batch checkpointed, a's changelog commit made, b's not (tables go in order): made at start
+    ("gtidsnap", "delta-before-changelog-commit:2"),
     ("job", "mirror-job-before-write:2"),  # a MERGEd, b created: killed before b's first load
     ("job", "mirror-job-after-write:1"),  # nothing new for a: killed after b's first load
-    ("gtidsnap", "between-commit-and-checkpoint:2"),
+    ("gtidsnap", "delta-batch-with-records-written:1"),
     ("job", ""),  # a whole pass: both MERGEd
 )
 
